@@ -1,0 +1,89 @@
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers, viewsets
+from rest_framework.decorators import action
+from rest_framework.response import Response
+
+from apps.fleet import selectors, services
+from apps.fleet.filters import GpuFilter, NodeFilter
+from apps.fleet.models import Gpu, Node
+from apps.teams.permissions import IsPlatformAdmin
+
+
+class NodeSerializer(serializers.ModelSerializer):
+    gpu_count = serializers.IntegerField(read_only=True)
+
+    class Meta:
+        model = Node
+        fields = ["id", "hostname", "status", "labels", "last_seen", "gpu_count"]
+
+
+class GpuSerializer(serializers.ModelSerializer):
+    node = serializers.CharField(source="node.hostname", read_only=True)
+    model = serializers.CharField(source="model.name", read_only=True)
+    mig_parent = serializers.CharField(source="mig_parent.uuid", read_only=True, default=None)
+
+    class Meta:
+        model = Gpu
+        fields = [
+            "id", "uuid", "node", "index", "model", "nvlink_domain",
+            "status", "health", "mig_parent", "mig_profile",
+        ]
+
+
+class StateChangeInputSerializer(serializers.Serializer):
+    reason = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
+
+
+class _StateChangeActions:
+    """drain / undrain / retire actions shared by nodes and GPUs (platform admins only)."""
+
+    def _change(self, request, operation: str):
+        obj = self.get_object()
+        data = StateChangeInputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        changed = self.change_state(obj, operation, request.user, data.validated_data["reason"])
+        return Response(self.get_serializer(self.get_queryset().get(pk=changed.pk)).data)
+
+    @extend_schema(request=StateChangeInputSerializer)
+    @action(detail=True, methods=["post"], permission_classes=[IsPlatformAdmin])
+    def drain(self, request, pk=None):
+        return self._change(request, "drain")
+
+    @extend_schema(request=StateChangeInputSerializer)
+    @action(detail=True, methods=["post"], permission_classes=[IsPlatformAdmin])
+    def undrain(self, request, pk=None):
+        return self._change(request, "undrain")
+
+    @extend_schema(request=StateChangeInputSerializer)
+    @action(detail=True, methods=["post"], permission_classes=[IsPlatformAdmin])
+    def retire(self, request, pk=None):
+        return self._change(request, "retire")
+
+
+class NodeViewSet(_StateChangeActions, viewsets.ReadOnlyModelViewSet):
+    """GPU nodes. Every signed-in user reads; platform admins drain, undrain and retire."""
+
+    serializer_class = NodeSerializer
+    filterset_class = NodeFilter
+    ordering_fields = ["hostname", "status", "last_seen"]
+    throttle_scope = "writes"
+
+    def get_queryset(self):
+        return selectors.node_list()
+
+    def change_state(self, obj, operation, actor, reason):
+        return services.node_change_state(node=obj, operation=operation, actor=actor, reason=reason)
+
+
+class GpuViewSet(_StateChangeActions, viewsets.ReadOnlyModelViewSet):
+    """GPUs (and MIG devices), filterable by model, node, status and health."""
+
+    serializer_class = GpuSerializer
+    filterset_class = GpuFilter
+    ordering_fields = ["node__hostname", "index", "status", "health"]
+
+    def get_queryset(self):
+        return selectors.gpu_list()
+
+    def change_state(self, obj, operation, actor, reason):
+        return services.gpu_change_state(gpu=obj, operation=operation, actor=actor, reason=reason)

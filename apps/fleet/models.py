@@ -1,0 +1,76 @@
+from django.db import models
+from django.db.models import Q
+
+from apps.fleet.choices import GpuHealth, GpuStatus, NodeStatus
+
+
+class GpuModel(models.Model):
+    name = models.CharField(max_length=64, unique=True, help_text='e.g. "H100-SXM-80GB"')
+    vendor = models.CharField(max_length=32, default="NVIDIA")
+    memory_mib = models.PositiveIntegerField(help_text="Memory per GPU in MiB.")
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Node(models.Model):
+    hostname = models.CharField(max_length=253, unique=True)
+    status = models.CharField(max_length=16, choices=NodeStatus.choices, default=NodeStatus.UP)
+    labels = models.JSONField(default=dict, blank=True)
+    last_seen = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["hostname"]
+
+    def __str__(self) -> str:
+        return self.hostname
+
+
+class GpuQuerySet(models.QuerySet):
+    def schedulable(self) -> "GpuQuerySet":
+        """GPUs that may be offered to bookings and jobs: healthy, active, on a node that is up."""
+        return self.filter(
+            status=GpuStatus.ACTIVE, health=GpuHealth.HEALTHY, node__status=NodeStatus.UP
+        )
+
+
+class Gpu(models.Model):
+    node = models.ForeignKey(Node, on_delete=models.PROTECT, related_name="gpus")
+    index = models.PositiveSmallIntegerField(help_text="NVML device index on the node.")
+    uuid = models.CharField(max_length=96, unique=True)
+    model = models.ForeignKey(GpuModel, on_delete=models.PROTECT, related_name="gpus")
+    nvlink_domain = models.CharField(
+        max_length=64, blank=True, help_text="GPUs sharing a domain talk over NVLink/NVSwitch."
+    )
+    status = models.CharField(max_length=16, choices=GpuStatus.choices, default=GpuStatus.ACTIVE)
+    health = models.CharField(max_length=16, choices=GpuHealth.choices, default=GpuHealth.HEALTHY)
+    mig_parent = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.CASCADE, related_name="mig_devices"
+    )
+    mig_profile = models.CharField(max_length=32, blank=True, help_text='e.g. "1g.10gb"')
+
+    objects = GpuQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["node__hostname", "index", "id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["node", "index"],
+                condition=Q(mig_parent__isnull=True),
+                name="gpu_unique_node_index",
+                violation_error_message="The node already has a GPU at this index.",
+            ),
+            models.CheckConstraint(
+                condition=Q(mig_parent__isnull=True) | ~Q(mig_profile=""),
+                name="gpu_mig_device_has_profile",
+                violation_error_message="A MIG device needs its profile.",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        suffix = f" MIG {self.mig_profile}" if self.mig_parent_id else ""
+        return f"{self.node.hostname}/gpu{self.index}{suffix}"

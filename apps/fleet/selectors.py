@@ -1,0 +1,52 @@
+from django.db.models import Count, Prefetch, Q, QuerySet
+
+from apps.fleet.choices import GpuHealth, GpuStatus, NodeStatus
+from apps.fleet.models import Gpu, GpuModel, Node
+
+
+def node_list() -> QuerySet[Node]:
+    return Node.objects.annotate(
+        gpu_count=Count("gpus", filter=Q(gpus__mig_parent__isnull=True))
+    ).order_by("hostname")
+
+
+def gpu_list() -> QuerySet[Gpu]:
+    return Gpu.objects.select_related("node", "model", "mig_parent")
+
+
+def fleet_overview() -> list[Node]:
+    """Nodes with their physical GPUs (and MIG devices), for the fleet page, in 3 queries."""
+    gpus = Gpu.objects.filter(mig_parent__isnull=True).select_related("model").prefetch_related(
+        "mig_devices"
+    )
+    return list(node_list().prefetch_related(Prefetch("gpus", queryset=gpus, to_attr="physical_gpus")))
+
+
+def fleet_summary() -> dict:
+    """Counts for the home page and /metrics."""
+    nodes = dict(Node.objects.values_list("status").annotate(n=Count("id")))
+    physical = Gpu.objects.filter(mig_parent__isnull=True)
+    return {
+        "nodes_by_status": {s.value: nodes.get(s.value, 0) for s in NodeStatus},
+        "gpus_by_status": {
+            s.value: physical.filter(status=s).count() for s in GpuStatus
+        },
+        "gpus_by_health": {
+            h.value: physical.filter(health=h).count() for h in GpuHealth
+        },
+        "gpus_schedulable": physical.schedulable().count(),
+        "gpu_models": list(
+            GpuModel.objects.annotate(
+                total=Count("gpus", filter=Q(gpus__mig_parent__isnull=True)),
+                schedulable=Count(
+                    "gpus",
+                    filter=Q(
+                        gpus__mig_parent__isnull=True,
+                        gpus__status=GpuStatus.ACTIVE,
+                        gpus__health=GpuHealth.HEALTHY,
+                        gpus__node__status=NodeStatus.UP,
+                    ),
+                ),
+            ).values("name", "total", "schedulable")
+        ),
+    }

@@ -1,0 +1,79 @@
+"""Administrative state changes of nodes and GPUs. Every change is audited.
+
+Health (`up`/`unreachable`, GPU `lost`) is set by telemetry; these services only set what
+platform admins decide: drain (no new work), undrain, retire (permanently out of service).
+"""
+
+from django.db import transaction
+
+from apps.audit.services import audit_record
+from apps.fleet.choices import GpuStatus, NodeStatus
+from apps.fleet.models import Gpu, Node
+from apps.teams.permissions import is_platform_admin
+from portal.exceptions import ConflictError, PolicyRefusal
+
+NODE_TRANSITIONS: dict[str, tuple[set[str], str]] = {
+    "drain": ({NodeStatus.UP, NodeStatus.UNREACHABLE}, NodeStatus.DRAINED),
+    "undrain": ({NodeStatus.DRAINED}, NodeStatus.UP),
+    "retire": ({NodeStatus.UP, NodeStatus.UNREACHABLE, NodeStatus.DRAINED}, NodeStatus.RETIRED),
+}
+GPU_TRANSITIONS: dict[str, tuple[set[str], str]] = {
+    "drain": ({GpuStatus.ACTIVE}, GpuStatus.DRAINED),
+    "undrain": ({GpuStatus.DRAINED}, GpuStatus.ACTIVE),
+    "retire": ({GpuStatus.ACTIVE, GpuStatus.DRAINED}, GpuStatus.RETIRED),
+}
+
+
+def _require_platform_admin(actor) -> None:
+    if not is_platform_admin(actor):
+        raise PolicyRefusal("Only platform admins may change node or GPU state.", code="not_admin")
+
+
+def _transition(*, obj, transitions, operation: str, actor, reason: str) -> None:
+    allowed_from, target = transitions[operation]
+    if obj.status not in allowed_from:
+        raise ConflictError(
+            f"Cannot {operation} {obj}: it is {obj.status}.",
+            code="invalid_state",
+            detail={"status": obj.status, "operation": operation},
+        )
+    before = {"status": obj.status}
+    obj.status = target
+    obj.save(update_fields=["status"])
+    audit_record(
+        actor=actor,
+        action=f"{obj._meta.model_name}.{operation}",
+        target=obj,
+        before=before,
+        after={"status": obj.status},
+        reason=reason,
+    )
+
+
+@transaction.atomic
+def node_change_state(*, node: Node, operation: str, actor, reason: str = "") -> Node:
+    """Drain, undrain or retire a node. Retiring a node retires its GPUs too."""
+    _require_platform_admin(actor)
+    node = Node.objects.select_for_update().get(pk=node.pk)
+    _transition(obj=node, transitions=NODE_TRANSITIONS, operation=operation, actor=actor, reason=reason)
+    if operation == "retire":
+        for gpu in node.gpus.select_for_update().exclude(status=GpuStatus.RETIRED):
+            _transition(
+                obj=gpu,
+                transitions=GPU_TRANSITIONS,
+                operation="retire",
+                actor=actor,
+                reason=f"node {node.hostname} retired. {reason}".strip(),
+            )
+    return node
+
+
+@transaction.atomic
+def gpu_change_state(*, gpu: Gpu, operation: str, actor, reason: str = "") -> Gpu:
+    """Drain, undrain or retire one GPU (drained GPUs get no new bookings or jobs)."""
+    _require_platform_admin(actor)
+    gpu = Gpu.objects.select_for_update().select_related("node").get(pk=gpu.pk)
+    if operation == "undrain" and gpu.node.status == NodeStatus.RETIRED:
+        raise ConflictError(f"Cannot undrain {gpu}: its node is retired.", code="invalid_state")
+    _transition(obj=gpu, transitions=GPU_TRANSITIONS, operation=operation, actor=actor, reason=reason)
+    return gpu

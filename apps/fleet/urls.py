@@ -1,0 +1,10 @@
+from django.urls import path
+
+from apps.fleet import views
+
+app_name = "fleet"
+urlpatterns = [
+    path("", views.fleet_view, name="fleet"),
+    path("nodes/<int:pk>/<str:operation>/", views.node_change_state_view, name="node-change-state"),
+    path("gpus/<int:pk>/<str:operation>/", views.gpu_change_state_view, name="gpu-change-state"),
+]

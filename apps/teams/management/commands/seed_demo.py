@@ -1,0 +1,94 @@
+"""Create the demo's teams, users and simulated fleet. Safe to run again: it converges."""
+
+import uuid
+
+from django.conf import settings
+from django.core.management.base import BaseCommand
+from django.db import transaction
+
+from apps.fleet.models import Gpu, GpuModel, Node
+from apps.teams.choices import GlobalRole, TeamRole
+from apps.teams.models import Membership, Team, User
+
+TEAMS = [
+    ("vision", "Computer Vision", "CC-1001"),
+    ("nlp", "Natural Language Processing", "CC-1002"),
+    ("speech", "Speech", "CC-1003"),
+    ("robotics", "Robotics", "CC-1004"),
+]
+# username, global role, superuser, [(team, role)]
+USERS = [
+    ("alice", GlobalRole.NONE, False, [("vision", TeamRole.MEMBER)]),
+    ("bob", GlobalRole.NONE, False, [("nlp", TeamRole.TEAM_ADMIN)]),
+    ("fran", GlobalRole.FINANCE, False, []),
+    ("admin", GlobalRole.PLATFORM_ADMIN, True, []),
+]
+GPU_MODELS = [
+    ("H100-SXM-80GB", 81559),
+    ("A100-SXM4-80GB", 81920),
+    ("L40S-48GB", 46068),
+]
+# hostname, model, GPU count, NVLink: L40S is PCIe-only, so its node has no NVLink domain.
+NODES = [
+    ("gpu-h100-01", "H100-SXM-80GB", 8, True),
+    ("gpu-h100-02", "H100-SXM-80GB", 8, True),
+    ("gpu-a100-01", "A100-SXM4-80GB", 8, True),
+    ("gpu-l40s-01", "L40S-48GB", 4, False),
+]
+
+
+def demo_gpu_uuid(hostname: str, index: int) -> str:
+    return f"GPU-{uuid.uuid5(uuid.NAMESPACE_DNS, f'{hostname}.gpu{index}.demo')}"
+
+
+class Command(BaseCommand):
+    help = "Seed demo teams, users (password from DEMO_PASSWORD) and a simulated 28-GPU fleet."
+
+    @transaction.atomic
+    def handle(self, *args, **options):
+        password = settings.DEMO_PASSWORD
+        teams = {
+            slug: Team.objects.update_or_create(
+                slug=slug, defaults={"name": name, "cost_center": cost_center, "is_active": True}
+            )[0]
+            for slug, name, cost_center in TEAMS
+        }
+        for username, global_role, superuser, memberships in USERS:
+            user, _ = User.objects.get_or_create(
+                username=username, defaults={"email": f"{username}@example.com"}
+            )
+            user.global_role = global_role
+            user.is_superuser = user.is_staff = superuser
+            user.set_password(password)
+            user.save()
+            for slug, role in memberships:
+                Membership.objects.update_or_create(
+                    user=user, team=teams[slug], defaults={"role": role}
+                )
+
+        models = {
+            name: GpuModel.objects.update_or_create(
+                name=name, defaults={"memory_mib": memory, "vendor": "NVIDIA"}
+            )[0]
+            for name, memory in GPU_MODELS
+        }
+        for hostname, model_name, count, nvlink in NODES:
+            node, _ = Node.objects.get_or_create(
+                hostname=hostname, defaults={"labels": {"demo": "true", "simulated": "true"}}
+            )
+            for index in range(count):
+                Gpu.objects.update_or_create(
+                    uuid=demo_gpu_uuid(hostname, index),
+                    defaults={
+                        "node": node,
+                        "index": index,
+                        "model": models[model_name],
+                        "nvlink_domain": f"{hostname}/nvl0" if nvlink else "",
+                    },
+                )
+        self.stdout.write(
+            self.style.SUCCESS(
+                f"Seeded {Team.objects.count()} teams, {User.objects.count()} users, "
+                f"{Node.objects.count()} nodes, {Gpu.objects.count()} GPUs."
+            )
+        )

@@ -1,0 +1,15 @@
+from django.urls import path
+
+from apps.teams import views
+
+app_name = "teams"
+urlpatterns = [
+    path("", views.team_list_view, name="team-list"),
+    path("token/", views.api_token_view, name="api-token"),
+    path("<slug:slug>/", views.team_detail_view, name="team-detail"),
+    path(
+        "<slug:slug>/members/<str:username>/remove/",
+        views.membership_remove_view,
+        name="membership-remove",
+    ),
+]

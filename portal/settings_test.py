@@ -1,0 +1,30 @@
+"""Settings for the test suite: the real services, never a silent fallback.
+
+Tests run on PostgreSQL (TEST_DATABASE_URL) and Redis (REDIS_URL), as production does.
+`tests/conftest.py` checks both answer before any test runs and says how to start them.
+"""
+
+import os
+
+os.environ.setdefault("DJANGO_DEBUG", "1")
+
+from portal.settings import *  # noqa: E402,F403
+from portal.settings import env  # noqa: E402
+
+TEST_DATABASE_URL = env.str(
+    "TEST_DATABASE_URL", default="postgres://postgres@127.0.0.1:5432/test"
+)
+DATABASES = {"default": env.db_url_config(TEST_DATABASE_URL)}
+DATABASES["default"]["TEST"] = {"NAME": env.str("TEST_DATABASE_NAME", default="portal_test")}
+
+REDIS_URL = env.str("REDIS_URL", default="redis://127.0.0.1:6379/0")
+CELERY_BROKER_URL = env.str("TEST_CELERY_BROKER_URL", default=REDIS_URL)
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+STORAGES["staticfiles"] = {  # noqa: F405
+    "BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"
+}
+REST_FRAMEWORK = {**REST_FRAMEWORK, "DEFAULT_THROTTLE_RATES": {"writes": "100000/min"}}  # noqa: F405

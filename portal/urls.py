@@ -1,0 +1,34 @@
+from django.contrib import admin
+from django.contrib.auth import views as auth_views
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from rest_framework.routers import DefaultRouter
+
+from apps.fleet.api import GpuViewSet, NodeViewSet
+from apps.teams.api import TeamViewSet
+from apps.teams.views import home_view
+from portal import views
+
+router = DefaultRouter()
+router.register("teams", TeamViewSet, basename="team")
+router.register("nodes", NodeViewSet, basename="node")
+router.register("gpus", GpuViewSet, basename="gpu")
+
+urlpatterns = [
+    path("", home_view, name="home"),
+    path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
+    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("teams/", include("apps.teams.urls")),
+    path("fleet/", include("apps.fleet.urls")),
+    path("audit/", include("apps.audit.urls")),
+    path("admin/", admin.site.urls),
+    path("api/v1/", include(router.urls)),
+    path("api/v1/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("api/v1/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),
+    path("healthz", views.healthz_view, name="healthz"),
+    path("metrics", views.metrics_view, name="metrics"),
+]
+
+handler403 = "portal.views.error_403"
+handler404 = "portal.views.error_404"
+handler500 = "portal.views.error_500"

@@ -1,0 +1,89 @@
+"""Operational endpoints (health, metrics) and the site-wide error pages."""
+
+import logging
+
+from django.db import connection
+from django.http import HttpResponse, JsonResponse
+from django.shortcuts import render
+from django.views.decorators.cache import never_cache
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+
+from apps.fleet.selectors import fleet_summary
+from portal.celery import app as celery_app
+
+logger = logging.getLogger(__name__)
+
+
+def _check_database() -> str:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1")
+        cursor.fetchone()
+    return "ok"
+
+
+def _check_broker() -> str:
+    with celery_app.connection_for_write() as conn:
+        conn.ensure_connection(max_retries=1, timeout=2)
+    return "ok"
+
+
+@never_cache
+def healthz_view(request):
+    """200 when the database and the broker answer, else 503 naming what is down."""
+    checks = {}
+    for name, check in (("database", _check_database), ("broker", _check_broker)):
+        try:
+            checks[name] = check()
+        except Exception as error:  # noqa: BLE001 - any failure means "down"; we report it
+            logger.warning("healthz: %s is down: %s", name, error)
+            checks[name] = f"down: {type(error).__name__}"
+    healthy = all(value == "ok" for value in checks.values())
+    return JsonResponse(
+        {"status": "ok" if healthy else "degraded", "checks": checks}, status=200 if healthy else 503
+    )
+
+
+class FleetCollector:
+    """Reads fleet state at scrape time, so /metrics is always current across processes."""
+
+    def collect(self):
+        summary = fleet_summary()
+        nodes = GaugeMetricFamily("portal_nodes", "GPU nodes by status.", labels=["status"])
+        for status, count in summary["nodes_by_status"].items():
+            nodes.add_metric([status], count)
+        yield nodes
+        gpus = GaugeMetricFamily("portal_gpus", "Physical GPUs by admin status.", labels=["status"])
+        for status, count in summary["gpus_by_status"].items():
+            gpus.add_metric([status], count)
+        yield gpus
+        health = GaugeMetricFamily("portal_gpus_health", "Physical GPUs by health.", labels=["health"])
+        for state, count in summary["gpus_by_health"].items():
+            health.add_metric([state], count)
+        yield health
+        by_model = GaugeMetricFamily(
+            "portal_gpus_schedulable", "Schedulable GPUs per model.", labels=["model"]
+        )
+        for row in summary["gpu_models"]:
+            by_model.add_metric([row["name"]], row["schedulable"])
+        yield by_model
+
+
+@never_cache
+def metrics_view(request):
+    registry = CollectorRegistry()
+    registry.register(FleetCollector())
+    return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)
+
+
+def error_403(request, exception=None):
+    message = str(exception) if exception and str(exception) else "You do not have access to this page."
+    return render(request, "403.html", {"message": message}, status=403)
+
+
+def error_404(request, exception=None):
+    return render(request, "404.html", status=404)
+
+
+def error_500(request):
+    return render(request, "500.html", status=500)
