@@ -4,7 +4,11 @@ from apps.teams.models import Membership, Team
 
 
 def team_list(*, user) -> QuerySet[Team]:
-    return Team.objects.for_user(user).annotate(member_count=Count("memberships", distinct=True))
+    return (
+        Team.objects.for_user(user)
+        .annotate(member_count=Count("memberships", distinct=True))
+        .order_by("slug")
+    )
 
 
 def team_members(*, team: Team) -> QuerySet[Membership]:

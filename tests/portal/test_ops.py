@@ -1,0 +1,98 @@
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.test import override_settings
+
+from apps.fleet.models import Gpu
+from apps.fleet.choices import GpuStatus
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.django_db
+def test_healthz_reports_database_and_broker_ok(client):
+    response = client.get("/healthz")
+    assert response.status_code == 200
+    assert response.json() == {"status": "ok", "checks": {"database": "ok", "broker": "ok"}}
+
+
+@pytest.mark.django_db
+def test_healthz_is_503_and_names_the_broker_when_it_is_down(client):
+    from portal.celery import app
+
+    original = app.conf.broker_url
+    app.conf.broker_url = "redis://127.0.0.1:1/0"
+    try:
+        response = client.get("/healthz")
+    finally:
+        app.conf.broker_url = original
+    assert response.status_code == 503
+    body = response.json()
+    assert body["checks"]["database"] == "ok"
+    assert body["checks"]["broker"].startswith("down")
+
+
+@pytest.mark.django_db
+def test_metrics_exposes_fleet_gauges_in_prometheus_format(client, fleet):
+    Gpu.objects.filter(uuid="GPU-l40s-a-0").update(status=GpuStatus.DRAINED)
+    response = client.get("/metrics")
+    assert response["Content-Type"].startswith("text/plain")
+    text = response.content.decode()
+    assert 'portal_nodes{status="up"} 3.0' in text
+    assert 'portal_gpus{status="drained"} 1.0' in text
+    assert 'portal_gpus_schedulable{model="L40S-48GB"} 3.0' in text
+
+
+@pytest.mark.django_db
+def test_api_schema_and_offline_swagger_ui(client, member):
+    client.force_login(member)
+    schema = client.get("/api/v1/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json").json()
+    assert {"/api/v1/gpus/", "/api/v1/nodes/", "/api/v1/teams/"} <= set(schema["paths"])
+    docs = client.get("/api/v1/docs/").content.decode()
+    assert "swagger-ui" in docs and "cdn" not in docs.lower()
+
+
+def _import_settings(env: dict) -> subprocess.CompletedProcess:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("DJANGO_")}
+    return subprocess.run(
+        [sys.executable, "-c", "import portal.settings"],
+        cwd=ROOT, env={**clean, **env}, capture_output=True, text=True, timeout=60,
+    )
+
+
+def test_production_refuses_dev_secret_key():
+    result = _import_settings({"DJANGO_DEBUG": "0", "DJANGO_ALLOWED_HOSTS": "portal.example.com"})
+    assert result.returncode != 0
+    assert "DJANGO_SECRET_KEY must be set" in result.stderr
+
+
+def test_production_refuses_empty_allowed_hosts():
+    result = _import_settings({"DJANGO_DEBUG": "0", "DJANGO_SECRET_KEY": "x" * 50})
+    assert result.returncode != 0
+    assert "DJANGO_ALLOWED_HOSTS must be set" in result.stderr
+
+
+def test_production_settings_use_secure_cookies():
+    result = _import_settings(
+        {"DJANGO_DEBUG": "0", "DJANGO_SECRET_KEY": "x" * 50, "DJANGO_ALLOWED_HOSTS": "a.example"}
+    )
+    assert result.returncode == 0, result.stderr
+    check = subprocess.run(
+        [sys.executable, "-c",
+         "import portal.settings as s; print(s.SESSION_COOKIE_SECURE, s.CSRF_COOKIE_SECURE)"],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+        env={**os.environ, "DJANGO_DEBUG": "0", "DJANGO_SECRET_KEY": "x" * 50,
+             "DJANGO_ALLOWED_HOSTS": "a.example"},
+    )
+    assert check.stdout.split() == ["True", "True"]
+
+
+@override_settings(DEBUG=False)
+@pytest.mark.django_db
+def test_unknown_page_renders_portal_404(client):
+    response = client.get("/no-such-page/")
+    assert response.status_code == 404
+    assert b"404" in response.content and b"GPU Portal" in response.content

@@ -1,0 +1,28 @@
+import pytest
+from django.core.management import call_command
+
+from apps.fleet.models import Gpu, Node
+from apps.teams.choices import TeamRole
+from apps.teams.models import Membership, Team, User
+
+pytestmark = pytest.mark.django_db
+
+
+def test_seed_demo_is_idempotent_and_builds_the_documented_fleet(settings):
+    settings.DEMO_PASSWORD = "s3cret-demo"
+    call_command("seed_demo")
+    call_command("seed_demo")
+    assert sorted(Team.objects.values_list("slug", flat=True)) == ["nlp", "robotics", "speech", "vision"]
+    assert Node.objects.count() == 4
+    assert Gpu.objects.count() == 28
+    per_model = {
+        name: Gpu.objects.filter(model__name=name).count()
+        for name in ("H100-SXM-80GB", "A100-SXM4-80GB", "L40S-48GB")
+    }
+    assert per_model == {"H100-SXM-80GB": 16, "A100-SXM4-80GB": 8, "L40S-48GB": 4}
+    assert Gpu.objects.filter(node__hostname="gpu-h100-01").values("nvlink_domain").distinct().count() == 1
+    alice = User.objects.get(username="alice")
+    assert alice.check_password("s3cret-demo")
+    assert Membership.objects.get(user__username="bob").role == TeamRole.TEAM_ADMIN
+    assert User.objects.get(username="fran").is_finance
+    assert User.objects.get(username="admin").is_platform_admin
