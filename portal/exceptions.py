@@ -49,7 +49,9 @@ def api_exception_handler(exc: Exception, context: dict) -> Response | None:
     if isinstance(exc, ApplicationError):
         return Response(_body(exc.code, exc.message, exc.detail), status=exc.status_code)
     if isinstance(exc, DjangoValidationError):
-        detail = exc.message_dict if hasattr(exc, "error_dict") else {"non_field_errors": exc.messages}
+        detail = (
+            exc.message_dict if hasattr(exc, "error_dict") else {"non_field_errors": exc.messages}
+        )
         exc = drf_exceptions.ValidationError(detail)
     elif isinstance(exc, Http404):
         exc = drf_exceptions.NotFound()

@@ -28,8 +28,7 @@ CSRF_TRUSTED_ORIGINS = env.list("DJANGO_CSRF_TRUSTED_ORIGINS", default=[])
 if not DEBUG:
     if SECRET_KEY == DEV_SECRET_KEY or len(SECRET_KEY) < 32:
         raise ImproperlyConfigured(
-            "DJANGO_SECRET_KEY must be set to a random value of 32+ characters "
-            "when DJANGO_DEBUG=0."
+            "DJANGO_SECRET_KEY must be set to a random value of 32+ characters when DJANGO_DEBUG=0."
         )
     if not ALLOWED_HOSTS:
         raise ImproperlyConfigured("DJANGO_ALLOWED_HOSTS must be set when DJANGO_DEBUG=0.")

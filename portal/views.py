@@ -40,7 +40,8 @@ def healthz_view(request):
             checks[name] = f"down: {type(error).__name__}"
     healthy = all(value == "ok" for value in checks.values())
     return JsonResponse(
-        {"status": "ok" if healthy else "degraded", "checks": checks}, status=200 if healthy else 503
+        {"status": "ok" if healthy else "degraded", "checks": checks},
+        status=200 if healthy else 503,
     )
 
 
@@ -57,7 +58,9 @@ class FleetCollector:
         for status, count in summary["gpus_by_status"].items():
             gpus.add_metric([status], count)
         yield gpus
-        health = GaugeMetricFamily("portal_gpus_health", "Physical GPUs by health.", labels=["health"])
+        health = GaugeMetricFamily(
+            "portal_gpus_health", "Physical GPUs by health.", labels=["health"]
+        )
         for state, count in summary["gpus_by_health"].items():
             health.add_metric([state], count)
         yield health
@@ -77,7 +80,9 @@ def metrics_view(request):
 
 
 def error_403(request, exception=None):
-    message = str(exception) if exception and str(exception) else "You do not have access to this page."
+    message = (
+        str(exception) if exception and str(exception) else "You do not have access to this page."
+    )
     return render(request, "403.html", {"message": message}, status=403)
 
 

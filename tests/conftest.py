@@ -1,4 +1,4 @@
-"""Shared fixtures. The suite runs on real PostgreSQL and Redis; it refuses to start without them."""
+"""Shared fixtures. The suite runs on real PostgreSQL and Redis and refuses to start without."""
 
 import socket
 from urllib.parse import urlparse
@@ -45,7 +45,9 @@ def pytest_sessionstart(session):
     }
     down = [name for name, (host, port) in servers.items() if not _reachable(host, port)]
     if down:
-        lines = [f"{name} is not reachable at {servers[name][0]}:{servers[name][1]}." for name in down]
+        lines = [
+            f"{name} is not reachable at {servers[name][0]}:{servers[name][1]}." for name in down
+        ]
         lines += [f"Start it with: {START_HINTS[name]}" for name in down]
         lines.append("Or point TEST_DATABASE_URL / REDIS_URL at running servers.")
         pytest.exit("\n".join(lines), returncode=3)

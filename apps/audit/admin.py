@@ -41,8 +41,11 @@ class AuditedModelAdmin(admin.ModelAdmin):
 
     def delete_model(self, request, obj):
         audit_record(
-            actor=request.user, action=f"{obj._meta.model_name}.delete", target=obj,
-            before=_snapshot(obj), reason="Django admin",
+            actor=request.user,
+            action=f"{obj._meta.model_name}.delete",
+            target=obj,
+            before=_snapshot(obj),
+            reason="Django admin",
         )
         super().delete_model(request, obj)
 

@@ -32,4 +32,5 @@ class AuditEvent(models.Model):
         indexes = [models.Index(fields=["object_type", "object_id"], name="audit_object_idx")]
 
     def __str__(self) -> str:
-        return f"{self.created_at:%Y-%m-%d %H:%M} {self.actor_name or 'system'} {self.action} {self.object_repr}"
+        actor = self.actor_name or "system"
+        return f"{self.created_at:%Y-%m-%d %H:%M} {actor} {self.action} {self.object_repr}"

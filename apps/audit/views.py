@@ -21,5 +21,10 @@ def audit_event_list_view(request):
     return render(
         request,
         "audit/auditevent_list.html",
-        {"page": page, "filters": filters, "choices": audit_filter_choices(), "query": query.urlencode()},
+        {
+            "page": page,
+            "filters": filters,
+            "choices": audit_filter_choices(),
+            "query": query.urlencode(),
+        },
     )

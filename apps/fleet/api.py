@@ -25,8 +25,16 @@ class GpuSerializer(serializers.ModelSerializer):
     class Meta:
         model = Gpu
         fields = [
-            "id", "uuid", "node", "index", "model", "nvlink_domain",
-            "status", "health", "mig_parent", "mig_profile",
+            "id",
+            "uuid",
+            "node",
+            "index",
+            "model",
+            "nvlink_domain",
+            "status",
+            "health",
+            "mig_parent",
+            "mig_profile",
         ]
 
 

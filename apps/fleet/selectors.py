@@ -16,10 +16,14 @@ def gpu_list() -> QuerySet[Gpu]:
 
 def fleet_overview() -> list[Node]:
     """Nodes with their physical GPUs (and MIG devices), for the fleet page, in 3 queries."""
-    gpus = Gpu.objects.filter(mig_parent__isnull=True).select_related("model").prefetch_related(
-        "mig_devices"
+    gpus = (
+        Gpu.objects.filter(mig_parent__isnull=True)
+        .select_related("model")
+        .prefetch_related("mig_devices")
     )
-    return list(node_list().prefetch_related(Prefetch("gpus", queryset=gpus, to_attr="physical_gpus")))
+    return list(
+        node_list().prefetch_related(Prefetch("gpus", queryset=gpus, to_attr="physical_gpus"))
+    )
 
 
 def fleet_summary() -> dict:
@@ -28,12 +32,8 @@ def fleet_summary() -> dict:
     physical = Gpu.objects.filter(mig_parent__isnull=True)
     return {
         "nodes_by_status": {s.value: nodes.get(s.value, 0) for s in NodeStatus},
-        "gpus_by_status": {
-            s.value: physical.filter(status=s).count() for s in GpuStatus
-        },
-        "gpus_by_health": {
-            h.value: physical.filter(health=h).count() for h in GpuHealth
-        },
+        "gpus_by_status": {s.value: physical.filter(status=s).count() for s in GpuStatus},
+        "gpus_by_health": {h.value: physical.filter(health=h).count() for h in GpuHealth},
         "gpus_schedulable": physical.schedulable().count(),
         "gpu_models": list(
             GpuModel.objects.annotate(

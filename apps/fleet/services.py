@@ -55,7 +55,9 @@ def node_change_state(*, node: Node, operation: str, actor, reason: str = "") ->
     """Drain, undrain or retire a node. Retiring a node retires its GPUs too."""
     _require_platform_admin(actor)
     node = Node.objects.select_for_update().get(pk=node.pk)
-    _transition(obj=node, transitions=NODE_TRANSITIONS, operation=operation, actor=actor, reason=reason)
+    _transition(
+        obj=node, transitions=NODE_TRANSITIONS, operation=operation, actor=actor, reason=reason
+    )
     if operation == "retire":
         for gpu in node.gpus.select_for_update().exclude(status=GpuStatus.RETIRED):
             _transition(
@@ -75,5 +77,7 @@ def gpu_change_state(*, gpu: Gpu, operation: str, actor, reason: str = "") -> Gp
     gpu = Gpu.objects.select_for_update().select_related("node").get(pk=gpu.pk)
     if operation == "undrain" and gpu.node.status == NodeStatus.RETIRED:
         raise ConflictError(f"Cannot undrain {gpu}: its node is retired.", code="invalid_state")
-    _transition(obj=gpu, transitions=GPU_TRANSITIONS, operation=operation, actor=actor, reason=reason)
+    _transition(
+        obj=gpu, transitions=GPU_TRANSITIONS, operation=operation, actor=actor, reason=reason
+    )
     return gpu

@@ -57,8 +57,10 @@ class TeamViewSet(viewsets.ReadOnlyModelViewSet):
         data = MembershipInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         membership = services.membership_add(
-            team=team, user=data.validated_data["username"],
-            role=data.validated_data["role"], actor=request.user,
+            team=team,
+            user=data.validated_data["username"],
+            role=data.validated_data["role"],
+            actor=request.user,
         )
         return Response(MembershipSerializer(membership).data, status=status.HTTP_201_CREATED)
 

@@ -14,7 +14,9 @@ class User(AbstractUser):
 
     @property
     def is_platform_admin(self) -> bool:
-        return self.is_active and (self.is_superuser or self.global_role == GlobalRole.PLATFORM_ADMIN)
+        return self.is_active and (
+            self.is_superuser or self.global_role == GlobalRole.PLATFORM_ADMIN
+        )
 
     @property
     def is_finance(self) -> bool:
@@ -40,13 +42,12 @@ class TeamQuerySet(models.QuerySet):
             return self.none()
         if user.is_platform_admin:
             return self
-        return self.filter(
-            memberships__user=user, memberships__role=TeamRole.TEAM_ADMIN
-        ).distinct()
+        return self.filter(memberships__user=user, memberships__role=TeamRole.TEAM_ADMIN).distinct()
 
 
 slug_validator = RegexValidator(
-    r"^[a-z0-9][a-z0-9-]*$", "Use lowercase letters, digits and hyphens, starting with a letter or digit."
+    r"^[a-z0-9][a-z0-9-]*$",
+    "Use lowercase letters, digits and hyphens, starting with a letter or digit.",
 )
 
 

@@ -27,7 +27,9 @@ def membership_add(*, team: Team, user: User, role: str = TeamRole.MEMBER, actor
     except IntegrityError as error:
         raise ConflictError(f"{user.username} is already a member of {team.slug}.") from error
     audit_record(
-        actor=actor, action="membership.add", target=team,
+        actor=actor,
+        action="membership.add",
+        target=team,
         after={"user": user.username, "role": membership.role},
     )
     return membership
@@ -42,8 +44,11 @@ def membership_change_role(*, membership: Membership, role: str, actor) -> Membe
     membership.role = TeamRole(role)
     membership.save(update_fields=["role"])
     audit_record(
-        actor=actor, action="membership.change_role", target=membership.team,
-        before=before, after={"user": membership.user.username, "role": membership.role},
+        actor=actor,
+        action="membership.change_role",
+        target=membership.team,
+        before=before,
+        after={"user": membership.user.username, "role": membership.role},
     )
     return membership
 
@@ -51,12 +56,14 @@ def membership_change_role(*, membership: Membership, role: str, actor) -> Membe
 @transaction.atomic
 def membership_remove(*, membership: Membership, actor) -> None:
     _require_manager(actor, membership.team)
-    membership = Membership.objects.select_for_update().select_related("team", "user").get(
-        pk=membership.pk
+    membership = (
+        Membership.objects.select_for_update().select_related("team", "user").get(pk=membership.pk)
     )
     _refuse_removing_last_admin(membership, new_role=None)
     audit_record(
-        actor=actor, action="membership.remove", target=membership.team,
+        actor=actor,
+        action="membership.remove",
+        target=membership.team,
         before={"user": membership.user.username, "role": membership.role},
     )
     membership.delete()

@@ -26,7 +26,9 @@ def home_view(request):
 
 @login_required
 def team_list_view(request):
-    return render(request, "teams/team_list.html", {"teams": selectors.team_list(user=request.user)})
+    return render(
+        request, "teams/team_list.html", {"teams": selectors.team_list(user=request.user)}
+    )
 
 
 @login_required
@@ -37,8 +39,10 @@ def team_detail_view(request, slug: str):
     if request.method == "POST" and form is not None and form.is_valid():
         try:
             services.membership_add(
-                team=team, user=form.cleaned_data["username"],
-                role=form.cleaned_data["role"], actor=request.user,
+                team=team,
+                user=form.cleaned_data["username"],
+                role=form.cleaned_data["role"],
+                actor=request.user,
             )
         except ApplicationError as error:
             form.add_error("username", error.message)

@@ -10,11 +10,17 @@ pytestmark = pytest.mark.django_db
 
 
 def test_audit_record_keeps_actor_name_after_user_is_deleted(platform_admin, team):
-    audit_record(actor=platform_admin, action="team.change", target=team, before={"a": 1}, after={"a": 2})
+    audit_record(
+        actor=platform_admin, action="team.change", target=team, before={"a": 1}, after={"a": 2}
+    )
     platform_admin.delete()
     event = AuditEvent.objects.get()
     assert event.actor is None and event.actor_name == "root-admin"
-    assert (event.object_type, event.object_id, event.object_repr) == ("teams.team", str(team.pk), "vision")
+    assert (event.object_type, event.object_id, event.object_repr) == (
+        "teams.team",
+        str(team.pk),
+        "vision",
+    )
 
 
 def test_audit_page_filters_and_paginates(client, platform_admin):
@@ -36,8 +42,12 @@ def test_django_admin_edits_are_audited(client, platform_admin):
     response = client.post(
         "/admin/teams/team/add/",
         {
-            "slug": "audio", "name": "Audio", "cost_center": "CC-9", "is_active": "on",
-            "memberships-TOTAL_FORMS": "0", "memberships-INITIAL_FORMS": "0",
+            "slug": "audio",
+            "name": "Audio",
+            "cost_center": "CC-9",
+            "is_active": "on",
+            "memberships-TOTAL_FORMS": "0",
+            "memberships-INITIAL_FORMS": "0",
         },
     )
     assert response.status_code == 302
@@ -45,7 +55,9 @@ def test_django_admin_edits_are_audited(client, platform_admin):
     event = AuditEvent.objects.get(action="team.create")
     assert event.after["cost_center"] == "CC-9" and event.object_id == str(team.pk)
 
-    client.post(f"/admin/fleet/gpumodel/add/", {"name": "B200", "vendor": "NVIDIA", "memory_mib": 183000})
+    client.post(
+        "/admin/fleet/gpumodel/add/", {"name": "B200", "vendor": "NVIDIA", "memory_mib": 183000}
+    )
     model = GpuModel.objects.get(name="B200")
     client.post(
         f"/admin/fleet/gpumodel/{model.pk}/change/",

@@ -56,6 +56,8 @@ def test_session_auth_enforces_csrf_on_writes(platform_admin, fleet):
 
     browser = Client(enforce_csrf_checks=True)
     browser.force_login(platform_admin)
-    response = browser.post(f"/api/v1/nodes/{fleet[0].pk}/drain/", {}, content_type="application/json")
+    response = browser.post(
+        f"/api/v1/nodes/{fleet[0].pk}/drain/", {}, content_type="application/json"
+    )
     assert response.status_code == 403
     assert "CSRF" in response.json()["message"]

@@ -18,7 +18,11 @@ def test_platform_admin_drains_node_and_event_records_before_after(platform_admi
     assert response.status_code == 200
     assert response.json()["status"] == "drained"
     event = AuditEvent.objects.get(action="node.drain")
-    assert (event.actor, event.object_id, event.reason) == (platform_admin, str(node.pk), "firmware update")
+    assert (event.actor, event.object_id, event.reason) == (
+        platform_admin,
+        str(node.pk),
+        "firmware update",
+    )
     assert event.before == {"status": "up"} and event.after == {"status": "drained"}
 
 

@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 from django.test import override_settings
 
-from apps.fleet.models import Gpu
 from apps.fleet.choices import GpuStatus
+from apps.fleet.models import Gpu
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -59,7 +59,11 @@ def _import_settings(env: dict) -> subprocess.CompletedProcess:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("DJANGO_")}
     return subprocess.run(
         [sys.executable, "-c", "import portal.settings"],
-        cwd=ROOT, env={**clean, **env}, capture_output=True, text=True, timeout=60,
+        cwd=ROOT,
+        env={**clean, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
 
 
@@ -81,11 +85,21 @@ def test_production_settings_use_secure_cookies():
     )
     assert result.returncode == 0, result.stderr
     check = subprocess.run(
-        [sys.executable, "-c",
-         "import portal.settings as s; print(s.SESSION_COOKIE_SECURE, s.CSRF_COOKIE_SECURE)"],
-        cwd=ROOT, capture_output=True, text=True, timeout=60,
-        env={**os.environ, "DJANGO_DEBUG": "0", "DJANGO_SECRET_KEY": "x" * 50,
-             "DJANGO_ALLOWED_HOSTS": "a.example"},
+        [
+            sys.executable,
+            "-c",
+            "import portal.settings as s; print(s.SESSION_COOKIE_SECURE, s.CSRF_COOKIE_SECURE)",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={
+            **os.environ,
+            "DJANGO_DEBUG": "0",
+            "DJANGO_SECRET_KEY": "x" * 50,
+            "DJANGO_ALLOWED_HOSTS": "a.example",
+        },
     )
     assert check.stdout.split() == ["True", "True"]
 

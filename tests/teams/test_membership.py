@@ -43,9 +43,7 @@ def test_adding_existing_member_is_409_and_unknown_user_400(team_admin, member):
 
 
 def test_last_team_admin_cannot_be_removed(team_admin, member, team):
-    response = client_for(team_admin).delete(
-        "/api/v1/teams/vision/members/?username=tara"
-    )
+    response = client_for(team_admin).delete("/api/v1/teams/vision/members/?username=tara")
     assert response.status_code == 409
     assert response.json()["code"] == "last_team_admin"
     assert Membership.objects.filter(team=team, user=team_admin).exists()

@@ -12,7 +12,12 @@ def test_seed_demo_is_idempotent_and_builds_the_documented_fleet(settings):
     settings.DEMO_PASSWORD = "s3cret-demo"
     call_command("seed_demo")
     call_command("seed_demo")
-    assert sorted(Team.objects.values_list("slug", flat=True)) == ["nlp", "robotics", "speech", "vision"]
+    assert sorted(Team.objects.values_list("slug", flat=True)) == [
+        "nlp",
+        "robotics",
+        "speech",
+        "vision",
+    ]
     assert Node.objects.count() == 4
     assert Gpu.objects.count() == 28
     per_model = {
@@ -20,7 +25,10 @@ def test_seed_demo_is_idempotent_and_builds_the_documented_fleet(settings):
         for name in ("H100-SXM-80GB", "A100-SXM4-80GB", "L40S-48GB")
     }
     assert per_model == {"H100-SXM-80GB": 16, "A100-SXM4-80GB": 8, "L40S-48GB": 4}
-    assert Gpu.objects.filter(node__hostname="gpu-h100-01").values("nvlink_domain").distinct().count() == 1
+    assert (
+        Gpu.objects.filter(node__hostname="gpu-h100-01").values("nvlink_domain").distinct().count()
+        == 1
+    )
     alice = User.objects.get(username="alice")
     assert alice.check_password("s3cret-demo")
     assert Membership.objects.get(user__username="bob").role == TeamRole.TEAM_ADMIN

@@ -27,8 +27,11 @@ def test_agent_starts_without_database_settings_and_serves_its_node_queue():
     hostname = f"ci-node-{os.getpid()}"
     agent = subprocess.Popen(
         [sys.executable, "-m", "workers.agent", "--backend", "simulated", "--hostname", hostname],
-        cwd=ROOT, env=_agent_env(CELERY_BROKER_URL=broker),
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        cwd=ROOT,
+        env=_agent_env(CELERY_BROKER_URL=broker),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     client = Celery(broker=broker)
     try:
@@ -38,9 +41,13 @@ def test_agent_starts_without_database_settings_and_serves_its_node_queue():
             assert agent.poll() is None, agent.stdout.read()
             replies = client.control.ping(destination=[f"agent@{hostname}"], timeout=1)
         assert replies == [{f"agent@{hostname}": {"ok": "pong"}}]
-        queues = client.control.inspect(destination=[f"agent@{hostname}"], timeout=5).active_queues()
+        queues = client.control.inspect(
+            destination=[f"agent@{hostname}"], timeout=5
+        ).active_queues()
         assert [q["name"] for q in queues[f"agent@{hostname}"]] == [f"node.{hostname}"]
-        registered = client.control.inspect(destination=[f"agent@{hostname}"], timeout=5).registered()
+        registered = client.control.inspect(
+            destination=[f"agent@{hostname}"], timeout=5
+        ).registered()
         assert "agent.ping" in registered[f"agent@{hostname}"]
         agent_conf = client.control.inspect(destination=[f"agent@{hostname}"], timeout=5).conf()
         assert "DATABASES" not in str(agent_conf[f"agent@{hostname}"])
@@ -56,7 +63,11 @@ def test_agent_starts_without_database_settings_and_serves_its_node_queue():
 def test_agent_refuses_to_start_without_a_broker_url():
     result = subprocess.run(
         [sys.executable, "-m", "workers.agent", "--backend", "simulated"],
-        cwd=ROOT, env=_agent_env(), capture_output=True, text=True, timeout=60,
+        cwd=ROOT,
+        env=_agent_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert result.returncode != 0
     assert "needs CELERY_BROKER_URL" in result.stderr

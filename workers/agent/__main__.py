@@ -30,11 +30,16 @@ def main(argv: list[str] | None = None) -> None:
     app.worker_main(
         [
             "worker",
-            "--queues", node_queue(args.hostname),
-            "--hostname", f"agent@{args.hostname}",
-            "--concurrency", "1",
-            "--pool", "solo",
-            "--loglevel", args.loglevel,
+            "--queues",
+            node_queue(args.hostname),
+            "--hostname",
+            f"agent@{args.hostname}",
+            "--concurrency",
+            "1",
+            "--pool",
+            "solo",
+            "--loglevel",
+            args.loglevel,
             "--without-gossip",
             "--without-mingle",
         ]

@@ -6,7 +6,6 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
@@ -15,23 +14,44 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.CreateModel(
-            name='AuditEvent',
+            name="AuditEvent",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('created_at', models.DateTimeField(auto_now_add=True, db_index=True)),
-                ('actor_name', models.CharField(blank=True, help_text='Kept if the user is later deleted.', max_length=150)),
-                ('action', models.CharField(db_index=True, max_length=64)),
-                ('object_type', models.CharField(db_index=True, max_length=64)),
-                ('object_id', models.CharField(db_index=True, max_length=64)),
-                ('object_repr', models.CharField(max_length=200)),
-                ('before', models.JSONField(blank=True, null=True)),
-                ('after', models.JSONField(blank=True, null=True)),
-                ('reason', models.TextField(blank=True)),
-                ('actor', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='audit_events', to=settings.AUTH_USER_MODEL)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("created_at", models.DateTimeField(auto_now_add=True, db_index=True)),
+                (
+                    "actor_name",
+                    models.CharField(
+                        blank=True, help_text="Kept if the user is later deleted.", max_length=150
+                    ),
+                ),
+                ("action", models.CharField(db_index=True, max_length=64)),
+                ("object_type", models.CharField(db_index=True, max_length=64)),
+                ("object_id", models.CharField(db_index=True, max_length=64)),
+                ("object_repr", models.CharField(max_length=200)),
+                ("before", models.JSONField(blank=True, null=True)),
+                ("after", models.JSONField(blank=True, null=True)),
+                ("reason", models.TextField(blank=True)),
+                (
+                    "actor",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="audit_events",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at', '-id'],
-                'indexes': [models.Index(fields=['object_type', 'object_id'], name='audit_object_idx')],
+                "ordering": ["-created_at", "-id"],
+                "indexes": [
+                    models.Index(fields=["object_type", "object_id"], name="audit_object_idx")
+                ],
             },
         ),
     ]

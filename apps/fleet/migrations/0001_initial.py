@@ -5,56 +5,158 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
-    dependencies = [
-    ]
+    dependencies = []
 
     operations = [
         migrations.CreateModel(
-            name='GpuModel',
+            name="GpuModel",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(help_text='e.g. "H100-SXM-80GB"', max_length=64, unique=True)),
-                ('vendor', models.CharField(default='NVIDIA', max_length=32)),
-                ('memory_mib', models.PositiveIntegerField(help_text='Memory per GPU in MiB.')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "name",
+                    models.CharField(help_text='e.g. "H100-SXM-80GB"', max_length=64, unique=True),
+                ),
+                ("vendor", models.CharField(default="NVIDIA", max_length=32)),
+                ("memory_mib", models.PositiveIntegerField(help_text="Memory per GPU in MiB.")),
             ],
             options={
-                'ordering': ['name'],
+                "ordering": ["name"],
             },
         ),
         migrations.CreateModel(
-            name='Node',
+            name="Node",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('hostname', models.CharField(max_length=253, unique=True)),
-                ('status', models.CharField(choices=[('up', 'Up'), ('unreachable', 'Unreachable'), ('drained', 'Drained'), ('retired', 'Retired')], default='up', max_length=16)),
-                ('labels', models.JSONField(blank=True, default=dict)),
-                ('last_seen', models.DateTimeField(blank=True, null=True)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("hostname", models.CharField(max_length=253, unique=True)),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("up", "Up"),
+                            ("unreachable", "Unreachable"),
+                            ("drained", "Drained"),
+                            ("retired", "Retired"),
+                        ],
+                        default="up",
+                        max_length=16,
+                    ),
+                ),
+                ("labels", models.JSONField(blank=True, default=dict)),
+                ("last_seen", models.DateTimeField(blank=True, null=True)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
             ],
             options={
-                'ordering': ['hostname'],
+                "ordering": ["hostname"],
             },
         ),
         migrations.CreateModel(
-            name='Gpu',
+            name="Gpu",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('index', models.PositiveSmallIntegerField(help_text='NVML device index on the node.')),
-                ('uuid', models.CharField(max_length=96, unique=True)),
-                ('nvlink_domain', models.CharField(blank=True, help_text='GPUs sharing a domain talk over NVLink/NVSwitch.', max_length=64)),
-                ('status', models.CharField(choices=[('active', 'Active'), ('drained', 'Drained'), ('retired', 'Retired')], default='active', max_length=16)),
-                ('health', models.CharField(choices=[('healthy', 'Healthy'), ('degraded', 'Degraded (ECC/XID errors)'), ('lost', 'Lost')], default='healthy', max_length=16)),
-                ('mig_profile', models.CharField(blank=True, help_text='e.g. "1g.10gb"', max_length=32)),
-                ('mig_parent', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.CASCADE, related_name='mig_devices', to='fleet.gpu')),
-                ('model', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='gpus', to='fleet.gpumodel')),
-                ('node', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='gpus', to='fleet.node')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "index",
+                    models.PositiveSmallIntegerField(help_text="NVML device index on the node."),
+                ),
+                ("uuid", models.CharField(max_length=96, unique=True)),
+                (
+                    "nvlink_domain",
+                    models.CharField(
+                        blank=True,
+                        help_text="GPUs sharing a domain talk over NVLink/NVSwitch.",
+                        max_length=64,
+                    ),
+                ),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("active", "Active"),
+                            ("drained", "Drained"),
+                            ("retired", "Retired"),
+                        ],
+                        default="active",
+                        max_length=16,
+                    ),
+                ),
+                (
+                    "health",
+                    models.CharField(
+                        choices=[
+                            ("healthy", "Healthy"),
+                            ("degraded", "Degraded (ECC/XID errors)"),
+                            ("lost", "Lost"),
+                        ],
+                        default="healthy",
+                        max_length=16,
+                    ),
+                ),
+                (
+                    "mig_profile",
+                    models.CharField(blank=True, help_text='e.g. "1g.10gb"', max_length=32),
+                ),
+                (
+                    "mig_parent",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="mig_devices",
+                        to="fleet.gpu",
+                    ),
+                ),
+                (
+                    "model",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="gpus",
+                        to="fleet.gpumodel",
+                    ),
+                ),
+                (
+                    "node",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="gpus",
+                        to="fleet.node",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['node__hostname', 'index', 'id'],
-                'constraints': [models.UniqueConstraint(condition=models.Q(('mig_parent__isnull', True)), fields=('node', 'index'), name='gpu_unique_node_index', violation_error_message='The node already has a GPU at this index.'), models.CheckConstraint(condition=models.Q(('mig_parent__isnull', True), models.Q(('mig_profile', ''), _negated=True), _connector='OR'), name='gpu_mig_device_has_profile', violation_error_message='A MIG device needs its profile.')],
+                "ordering": ["node__hostname", "index", "id"],
+                "constraints": [
+                    models.UniqueConstraint(
+                        condition=models.Q(("mig_parent__isnull", True)),
+                        fields=("node", "index"),
+                        name="gpu_unique_node_index",
+                        violation_error_message="The node already has a GPU at this index.",
+                    ),
+                    models.CheckConstraint(
+                        condition=models.Q(
+                            ("mig_parent__isnull", True),
+                            models.Q(("mig_profile", ""), _negated=True),
+                            _connector="OR",
+                        ),
+                        name="gpu_mig_device_has_profile",
+                        violation_error_message="A MIG device needs its profile.",
+                    ),
+                ],
             },
         ),
     ]
