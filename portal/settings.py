@@ -57,6 +57,7 @@ INSTALLED_APPS = [
     "apps.teams",
     "apps.fleet",
     "apps.audit",
+    "apps.reservations",
 ]
 
 MIDDLEWARE = [
@@ -149,6 +150,7 @@ REST_FRAMEWORK = {
     "PAGE_SIZE": 50,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "portal.exceptions.api_exception_handler",
+    "DEFAULT_THROTTLE_CLASSES": ["portal.throttling.WriteRateThrottle"],
     "DEFAULT_THROTTLE_RATES": {"writes": env.str("API_WRITE_THROTTLE", default="600/min")},
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
 }
@@ -202,4 +204,19 @@ LOGGING = {
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
+}
+
+# --- Reservations policy --------------------------------------------------------------------
+RESERVATION_SLOT_MINUTES = env.int("RESERVATION_SLOT_MINUTES", default=15)
+RESERVATION_MAX_DURATION_HOURS = env.int("RESERVATION_MAX_DURATION_HOURS", default=7 * 24)
+RESERVATION_MAX_ADVANCE_DAYS = env.int("RESERVATION_MAX_ADVANCE_DAYS", default=30)
+RESERVATION_MAX_GPUS = env.int("RESERVATION_MAX_GPUS", default=64)
+RESERVATION_REMINDER_MINUTES = env.int("RESERVATION_REMINDER_MINUTES", default=30)
+RESERVATION_BUDGET_CHECK = env.str(
+    "RESERVATION_BUDGET_CHECK", default="apps.reservations.policy.allow_any_budget"
+)
+CELERY_BEAT_SCHEDULE["reservations-lifecycle"] = {
+    "task": "reservations.lifecycle_tick",
+    "schedule": 60.0,
+    "options": {"expires": 55},
 }

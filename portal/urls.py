@@ -5,7 +5,12 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import DefaultRouter
 
 from apps.fleet.api import GpuViewSet, NodeViewSet
-from apps.teams.api import TeamViewSet
+from apps.reservations.api import (
+    AvailabilityTimelineView,
+    AvailabilityView,
+    ReservationViewSet,
+)
+from apps.teams.api import QuotaViewSet, TeamViewSet
 from apps.teams.views import home_view
 from portal import views
 
@@ -13,6 +18,8 @@ router = DefaultRouter()
 router.register("teams", TeamViewSet, basename="team")
 router.register("nodes", NodeViewSet, basename="node")
 router.register("gpus", GpuViewSet, basename="gpu")
+router.register("quotas", QuotaViewSet, basename="quota")
+router.register("reservations", ReservationViewSet, basename="reservation")
 
 urlpatterns = [
     path("", home_view, name="home"),
@@ -22,6 +29,12 @@ urlpatterns = [
     path("fleet/", include("apps.fleet.urls")),
     path("audit/", include("apps.audit.urls")),
     path("admin/", admin.site.urls),
+    path("api/v1/availability/", AvailabilityView.as_view(), name="availability"),
+    path(
+        "api/v1/availability/timeline/",
+        AvailabilityTimelineView.as_view(),
+        name="availability-timeline",
+    ),
     path("api/v1/", include(router.urls)),
     path("api/v1/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/v1/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),

@@ -49,8 +49,9 @@ class _StateChangeActions:
         obj = self.get_object()
         data = StateChangeInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        changed = self.change_state(obj, operation, request.user, data.validated_data["reason"])
-        return Response(self.get_serializer(self.get_queryset().get(pk=changed.pk)).data)
+        change = self.change_state(obj, operation, request.user, data.validated_data["reason"])
+        body = self.get_serializer(self.get_queryset().get(pk=change.obj.pk)).data
+        return Response({**body, "relocation": change.relocation})
 
     @extend_schema(request=StateChangeInputSerializer)
     @action(detail=True, methods=["post"], permission_classes=[IsPlatformAdmin])
@@ -74,7 +75,6 @@ class NodeViewSet(_StateChangeActions, viewsets.ReadOnlyModelViewSet):
     serializer_class = NodeSerializer
     filterset_class = NodeFilter
     ordering_fields = ["hostname", "status", "last_seen"]
-    throttle_scope = "writes"
 
     def get_queryset(self):
         return selectors.node_list()

@@ -4,6 +4,8 @@ Health (`up`/`unreachable`, GPU `lost`) is set by telemetry; these services only
 platform admins decide: drain (no new work), undrain, retire (permanently out of service).
 """
 
+from dataclasses import dataclass, field
+
 from django.db import transaction
 
 from apps.audit.services import audit_record
@@ -22,6 +24,21 @@ GPU_TRANSITIONS: dict[str, tuple[set[str], str]] = {
     "undrain": ({GpuStatus.DRAINED}, GpuStatus.ACTIVE),
     "retire": ({GpuStatus.ACTIVE, GpuStatus.DRAINED}, GpuStatus.RETIRED),
 }
+
+
+@dataclass
+class StateChange:
+    """The changed node or GPU, and what happened to bookings on GPUs that left service."""
+
+    obj: Node | Gpu
+    relocation: dict = field(default_factory=lambda: {"moved": [], "unresolved": []})
+
+
+def _relocate_bookings(gpu_ids: list[int], actor) -> dict:
+    # Imported here: reservations builds on fleet, not the other way round.
+    from apps.reservations.services import reservations_relocate_off_gpus
+
+    return reservations_relocate_off_gpus(gpu_ids=gpu_ids, actor=actor)
 
 
 def _require_platform_admin(actor) -> None:
@@ -51,8 +68,9 @@ def _transition(*, obj, transitions, operation: str, actor, reason: str) -> None
 
 
 @transaction.atomic
-def node_change_state(*, node: Node, operation: str, actor, reason: str = "") -> Node:
-    """Drain, undrain or retire a node. Retiring a node retires its GPUs too."""
+def node_change_state(*, node: Node, operation: str, actor, reason: str = "") -> StateChange:
+    """Drain, undrain or retire a node. Retiring a node retires its GPUs too. Bookings on its
+    GPUs move to other free GPUs of the same model where possible."""
     _require_platform_admin(actor)
     node = Node.objects.select_for_update().get(pk=node.pk)
     _transition(
@@ -67,12 +85,16 @@ def node_change_state(*, node: Node, operation: str, actor, reason: str = "") ->
                 actor=actor,
                 reason=f"node {node.hostname} retired. {reason}".strip(),
             )
-    return node
+    if operation == "undrain":
+        return StateChange(node)
+    gpu_ids = list(node.gpus.values_list("id", flat=True))
+    return StateChange(node, _relocate_bookings(gpu_ids, actor))
 
 
 @transaction.atomic
-def gpu_change_state(*, gpu: Gpu, operation: str, actor, reason: str = "") -> Gpu:
-    """Drain, undrain or retire one GPU (drained GPUs get no new bookings or jobs)."""
+def gpu_change_state(*, gpu: Gpu, operation: str, actor, reason: str = "") -> StateChange:
+    """Drain, undrain or retire one GPU (drained GPUs get no new bookings or jobs); its
+    bookings move to another free GPU of the same model where possible."""
     _require_platform_admin(actor)
     gpu = Gpu.objects.select_for_update().select_related("node").get(pk=gpu.pk)
     if operation == "undrain" and gpu.node.status == NodeStatus.RETIRED:
@@ -80,4 +102,6 @@ def gpu_change_state(*, gpu: Gpu, operation: str, actor, reason: str = "") -> Gp
     _transition(
         obj=gpu, transitions=GPU_TRANSITIONS, operation=operation, actor=actor, reason=reason
     )
-    return gpu
+    if operation == "undrain":
+        return StateChange(gpu)
+    return StateChange(gpu, _relocate_bookings([gpu.pk], actor))

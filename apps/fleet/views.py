@@ -27,11 +27,23 @@ def _change_state(request, change, obj, operation: str):
     if operation not in OPERATIONS:
         raise PermissionDenied("Unknown operation.")
     try:
-        change(obj, operation, request.user, request.POST.get("reason", "").strip())
+        result = change(obj, operation, request.user, request.POST.get("reason", "").strip())
     except ApplicationError as error:
         messages.error(request, error.message)
     else:
         messages.success(request, f"{obj}: {operation} done.")
+        for moved in result.relocation["moved"]:
+            messages.info(
+                request,
+                f"Reservation #{moved['reservation']} ({moved['team']}) moved from "
+                f"{moved['gpu']} to {moved['moved_to']}.",
+            )
+        for lost in result.relocation["unresolved"]:
+            messages.warning(
+                request,
+                f"Reservation #{lost['reservation']} ({lost['team']}) lost {lost['gpu']}: "
+                "no free GPU of its model; the team was told.",
+            )
     return redirect("fleet:fleet")
 
 

@@ -4,10 +4,12 @@ from rest_framework import serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
+from apps.fleet.models import GpuModel
 from apps.teams import selectors, services
 from apps.teams.choices import TeamRole
 from apps.teams.filters import TeamFilter
-from apps.teams.models import Membership, Team, User
+from apps.teams.models import Membership, Quota, Team, User
+from apps.teams.permissions import ReadAnyWritePlatformAdmin
 
 
 class TeamSerializer(serializers.ModelSerializer):
@@ -72,3 +74,78 @@ class TeamViewSet(viewsets.ReadOnlyModelViewSet):
         membership = get_object_or_404(team.memberships, user__username=str(username))
         services.membership_remove(membership=membership, actor=request.user)
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class QuotaSerializer(serializers.ModelSerializer):
+    team = serializers.SlugRelatedField(slug_field="slug", queryset=Team.objects.all())
+    gpu_model = serializers.SlugRelatedField(
+        slug_field="name",
+        queryset=GpuModel.objects.all(),
+        allow_null=True,
+        required=False,
+        help_text="GPU model name; null for a quota over all models together.",
+    )
+    guaranteed = serializers.IntegerField(min_value=0, max_value=1_000_000)
+    limit = serializers.IntegerField(min_value=0, max_value=1_000_000)
+
+    class Meta:
+        model = Quota
+        fields = ["id", "team", "gpu_model", "guaranteed", "limit", "updated_at"]
+        read_only_fields = ["id", "updated_at"]
+        validators = []  # uniqueness is an upsert in quota_set, not an error
+
+    def validate(self, data):
+        guaranteed = data.get("guaranteed", getattr(self.instance, "guaranteed", 0))
+        limit = data.get("limit", getattr(self.instance, "limit", 0))
+        if limit < guaranteed:
+            raise serializers.ValidationError(
+                {"limit": f"The limit ({limit}) must be at least guaranteed ({guaranteed})."}
+            )
+        return data
+
+
+class QuotaViewSet(viewsets.ModelViewSet):
+    """Team quotas per GPU model. Members read their teams', finance all; platform admins write
+    (POST creates or replaces the quota of that team and model)."""
+
+    serializer_class = QuotaSerializer
+    permission_classes = [ReadAnyWritePlatformAdmin]
+    filterset_fields = ["team__slug", "gpu_model__name"]
+    http_method_names = ["get", "post", "put", "patch", "delete", "head", "options"]
+
+    def get_queryset(self):
+        return (
+            Quota.objects.filter(team__in=Team.objects.for_user(self.request.user))
+            .select_related("team", "gpu_model")
+            .order_by("team__slug", "gpu_model__name", "id")
+        )
+
+    def perform_create(self, serializer):
+        data = serializer.validated_data
+        serializer.instance = services.quota_set(
+            team=data["team"],
+            gpu_model=data.get("gpu_model"),
+            guaranteed=data["guaranteed"],
+            limit=data["limit"],
+            actor=self.request.user,
+        )
+
+    def perform_update(self, serializer):
+        quota = serializer.instance
+        data = serializer.validated_data
+        if data.get("team", quota.team) != quota.team or (
+            "gpu_model" in data and data["gpu_model"] != quota.gpu_model
+        ):
+            raise serializers.ValidationError(
+                {"team": "Team and GPU model of a quota cannot change; create another quota."}
+            )
+        serializer.instance = services.quota_set(
+            team=quota.team,
+            gpu_model=quota.gpu_model,
+            guaranteed=data.get("guaranteed", quota.guaranteed),
+            limit=data.get("limit", quota.limit),
+            actor=self.request.user,
+        )
+
+    def perform_destroy(self, instance):
+        services.quota_delete(quota=instance, actor=self.request.user)

@@ -88,3 +88,49 @@ class Membership(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user} in {self.team} ({self.role})"
+
+
+class Quota(models.Model):
+    """GPUs a team may hold at any instant, per GPU model (or across all models when blank).
+
+    Up to `guaranteed` GPUs are never preempted; above it, up to `limit`, use is over-quota:
+    allowed while capacity is free, flagged, preemptible and priced separately.
+    """
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="quotas")
+    gpu_model = models.ForeignKey(
+        "fleet.GpuModel",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="quotas",
+        help_text="Blank: the quota caps the team's GPUs of all models together.",
+    )
+    guaranteed = models.PositiveIntegerField(default=0)
+    limit = models.PositiveIntegerField(default=0, help_text="Burst ceiling, at least guaranteed.")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["team__slug", "gpu_model__name"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["team", "gpu_model"],
+                condition=models.Q(gpu_model__isnull=False),
+                name="quota_unique_team_model",
+                violation_error_message="The team already has a quota for this GPU model.",
+            ),
+            models.UniqueConstraint(
+                fields=["team"],
+                condition=models.Q(gpu_model__isnull=True),
+                name="quota_unique_team_any_model",
+                violation_error_message="The team already has an any-model quota.",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(limit__gte=models.F("guaranteed")),
+                name="quota_limit_gte_guaranteed",
+                violation_error_message="The limit must be at least the guaranteed number of GPUs.",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.team.slug}/{self.gpu_model or 'any model'}"

@@ -1,11 +1,12 @@
 """Team membership changes. Team admins manage their own team; platform admins any team."""
 
+from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 
 from apps.audit.services import audit_record
 from apps.teams.choices import TeamRole
-from apps.teams.models import Membership, Team, User
-from apps.teams.permissions import can_manage_team
+from apps.teams.models import Membership, Quota, Team, User
+from apps.teams.permissions import can_manage_team, is_platform_admin
 from portal.exceptions import ConflictError, PolicyRefusal
 
 
@@ -84,3 +85,64 @@ def _refuse_removing_last_admin(membership: Membership, *, new_role: str | None)
             "make someone else team admin first.",
             code="last_team_admin",
         )
+
+
+def _quota_snapshot(quota: Quota) -> dict:
+    return {
+        "gpu_model": quota.gpu_model.name if quota.gpu_model else None,
+        "guaranteed": quota.guaranteed,
+        "limit": quota.limit,
+    }
+
+
+def _validate_quota_numbers(guaranteed: int, limit: int) -> None:
+    errors = {}
+    if guaranteed < 0:
+        errors["guaranteed"] = "Guaranteed GPUs cannot be negative."
+    if limit < 0:
+        errors["limit"] = "The limit cannot be negative."
+    elif limit < guaranteed:
+        errors["limit"] = f"The limit ({limit}) must be at least guaranteed ({guaranteed})."
+    if errors:
+        raise ValidationError(errors)
+
+
+def _require_platform_admin(actor) -> None:
+    if not is_platform_admin(actor):
+        raise PolicyRefusal("Only platform admins may change quotas.", code="not_admin")
+
+
+@transaction.atomic
+def quota_set(*, team: Team, gpu_model, guaranteed: int, limit: int, actor) -> Quota:
+    """Create or change a team's quota for a GPU model (None: all models). Audited.
+
+    Lowering a quota does not cancel existing bookings; it limits new ones."""
+    _require_platform_admin(actor)
+    _validate_quota_numbers(guaranteed, limit)
+    quota = (
+        Quota.objects.select_for_update().filter(team=team, gpu_model=gpu_model).first()
+        if gpu_model is not None
+        else Quota.objects.select_for_update().filter(team=team, gpu_model__isnull=True).first()
+    )
+    before = _quota_snapshot(quota) if quota else None
+    if quota is None:
+        quota = Quota(team=team, gpu_model=gpu_model)
+    quota.guaranteed, quota.limit = guaranteed, limit
+    quota.full_clean()
+    quota.save()
+    audit_record(
+        actor=actor,
+        action="quota.change" if before else "quota.create",
+        target=quota,
+        before=before,
+        after=_quota_snapshot(quota),
+    )
+    return quota
+
+
+@transaction.atomic
+def quota_delete(*, quota: Quota, actor) -> None:
+    _require_platform_admin(actor)
+    quota = Quota.objects.select_for_update().select_related("gpu_model", "team").get(pk=quota.pk)
+    audit_record(actor=actor, action="quota.delete", target=quota, before=_quota_snapshot(quota))
+    quota.delete()

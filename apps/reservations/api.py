@@ -1,0 +1,249 @@
+from datetime import timedelta
+
+from django.utils import timezone
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, serializers, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from apps.fleet.models import GpuModel
+from apps.reservations import selectors, services
+from apps.reservations.availability import round_up_to_slot
+from apps.reservations.filters import ReservationFilter
+from apps.reservations.policy import BookingPolicy
+from apps.teams.models import Team
+
+MAX_COUNT = 100_000
+
+
+class AwareDateTimeField(serializers.DateTimeField):
+    """Times must carry a zone (Z or +hh:mm); they are stored in UTC."""
+
+    def enforce_timezone(self, value):
+        if timezone.is_naive(value):
+            self.fail("naive")
+        return super().enforce_timezone(value)
+
+    default_error_messages = {
+        **serializers.DateTimeField.default_error_messages,
+        "naive": "Give the time zone, e.g. 2026-12-03T09:00:00Z or +01:00.",
+    }
+
+
+class UserTeamField(serializers.SlugRelatedField):
+    """A team slug, looked up only among the teams the caller may see (no existence leak)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(slug_field="slug", **kwargs)
+
+    def get_queryset(self):
+        return Team.objects.for_user(self.context["request"].user)
+
+
+class GpuModelField(serializers.SlugRelatedField):
+    def __init__(self, **kwargs):
+        super().__init__(slug_field="name", queryset=GpuModel.objects.all(), **kwargs)
+
+
+class HoldingSerializer(serializers.Serializer):
+    uuid = serializers.CharField(source="gpu.uuid")
+    node = serializers.CharField(source="gpu.node.hostname")
+    index = serializers.IntegerField(source="gpu.index")
+    start = serializers.DateTimeField()
+    end = serializers.DateTimeField()
+
+
+class ReservationSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    team = serializers.CharField(source="team.slug")
+    created_by = serializers.CharField(source="created_by.username")
+    gpu_model = serializers.CharField(source="gpu_model.name")
+    count = serializers.IntegerField()
+    start = serializers.DateTimeField()
+    end = serializers.DateTimeField()
+    status = serializers.CharField()
+    purpose = serializers.CharField()
+    same_node = serializers.BooleanField()
+    over_quota = serializers.BooleanField()
+    gpus = serializers.SerializerMethodField()
+    ended_at = serializers.DateTimeField(allow_null=True)
+    end_reason = serializers.CharField()
+    released_gpu_hours = serializers.DecimalField(max_digits=12, decimal_places=4)
+    created_at = serializers.DateTimeField()
+
+    def get_gpus(self, reservation) -> list[dict]:
+        holdings = [h for h in reservation.holdings.all() if h.active]
+        return HoldingSerializer(holdings, many=True).data
+
+
+class ReservationInputSerializer(serializers.Serializer):
+    team = UserTeamField()
+    gpu_model = GpuModelField()
+    count = serializers.IntegerField(min_value=1, max_value=MAX_COUNT)
+    start = AwareDateTimeField()
+    end = AwareDateTimeField(required=False)
+    duration = serializers.DurationField(
+        required=False,
+        min_value=timedelta(0),
+        max_value=timedelta(days=3650),
+        help_text='Instead of end: e.g. "04:00:00" or "P1DT2H".',
+    )
+    purpose = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
+    same_node = serializers.BooleanField(required=False, default=False)
+
+    def validate(self, data):
+        if ("end" in data) == ("duration" in data):
+            raise serializers.ValidationError({"end": "Give either end or duration, not both."})
+        if "duration" in data:
+            data["end"] = data["start"] + data.pop("duration")
+        return data
+
+
+class CancelInputSerializer(serializers.Serializer):
+    reason = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
+
+
+class ExtendInputSerializer(serializers.Serializer):
+    end = AwareDateTimeField()
+
+
+class ReservationViewSet(
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    mixins.CreateModelMixin,
+    viewsets.GenericViewSet,
+):
+    """GPU bookings of the caller's teams. POST books; `cancel` and `extend` change one."""
+
+    serializer_class = ReservationSerializer
+    filterset_class = ReservationFilter
+    ordering_fields = ["start", "end", "created_at"]
+
+    def get_queryset(self):
+        return (
+            selectors.reservation_list(user=self.request.user)
+            .prefetch_related("holdings__gpu__node")
+            .order_by("-start", "-id")
+        )
+
+    def _reply(self, reservation, code=status.HTTP_200_OK):
+        return Response(
+            ReservationSerializer(self.get_queryset().get(pk=reservation.pk)).data, status=code
+        )
+
+    @extend_schema(request=ReservationInputSerializer, responses={201: ReservationSerializer})
+    def create(self, request, *args, **kwargs):
+        data = ReservationInputSerializer(data=request.data, context={"request": request})
+        data.is_valid(raise_exception=True)
+        reservation = services.reservation_create(user=request.user, **data.validated_data)
+        return self._reply(reservation, status.HTTP_201_CREATED)
+
+    @extend_schema(request=CancelInputSerializer, responses=ReservationSerializer)
+    @action(detail=True, methods=["post"])
+    def cancel(self, request, pk=None):
+        data = CancelInputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        reservation = services.reservation_cancel(
+            reservation=self.get_object(), actor=request.user, reason=data.validated_data["reason"]
+        )
+        return self._reply(reservation)
+
+    @extend_schema(request=ExtendInputSerializer, responses=ReservationSerializer)
+    @action(detail=True, methods=["post"])
+    def extend(self, request, pk=None):
+        data = ExtendInputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        reservation = services.reservation_extend(
+            reservation=self.get_object(), actor=request.user, new_end=data.validated_data["end"]
+        )
+        return self._reply(reservation)
+
+
+class AvailabilityQuerySerializer(serializers.Serializer):
+    gpu_model = GpuModelField()
+    count = serializers.IntegerField(min_value=1, max_value=MAX_COUNT, default=1)
+    duration = serializers.DurationField(
+        min_value=timedelta(minutes=1), max_value=timedelta(days=3650), default=timedelta(hours=1)
+    )
+    after = AwareDateTimeField(required=False)
+    same_node = serializers.BooleanField(required=False, default=False)
+    limit = serializers.IntegerField(min_value=1, max_value=20, default=5)
+
+
+class SlotSerializer(serializers.Serializer):
+    start = serializers.DateTimeField()
+    end = serializers.DateTimeField()
+    latest_start = serializers.DateTimeField()
+    gpus = serializers.ListField(child=serializers.DictField())
+
+
+class TimelineQuerySerializer(serializers.Serializer):
+    gpu_model = GpuModelField()
+    start = AwareDateTimeField(required=False)
+    end = AwareDateTimeField(required=False)
+    bucket = serializers.DurationField(
+        min_value=timedelta(minutes=15), max_value=timedelta(days=7), default=timedelta(hours=1)
+    )
+
+    def validate(self, data):
+        now = timezone.now()
+        data.setdefault("start", now.replace(minute=0, second=0, microsecond=0))
+        data.setdefault("end", data["start"] + timedelta(days=7))
+        if data["end"] <= data["start"]:
+            raise serializers.ValidationError({"end": "The end must be after the start."})
+        if (data["end"] - data["start"]) / data["bucket"] > 2000:
+            raise serializers.ValidationError({"bucket": "Too many buckets; use a larger bucket."})
+        return data
+
+
+def _slot_payload(slot, duration) -> dict:
+    return {
+        "start": slot.start,
+        "end": slot.start + duration,
+        "latest_start": slot.latest_start,
+        "gpus": [{"uuid": g.uuid, "node": g.node, "index": g.index} for g in slot.gpus],
+    }
+
+
+class AvailabilityView(APIView):
+    """Earliest slots where `count` GPUs of a model are free for `duration` (on one node first,
+    then one NVLink domain). Durations round up to the booking grid."""
+
+    @extend_schema(parameters=[AvailabilityQuerySerializer], responses=SlotSerializer(many=True))
+    def get(self, request):
+        query = AvailabilityQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        policy = BookingPolicy.from_settings()
+        duration = round_up_to_slot(query.validated_data["duration"], policy.slot)
+        slots = selectors.slots_from_now(**{**query.validated_data, "duration": duration})
+        return Response(
+            {
+                "gpu_model": query.validated_data["gpu_model"].name,
+                "count": query.validated_data["count"],
+                "duration": str(duration),
+                "slots": SlotSerializer(
+                    [_slot_payload(s, duration) for s in slots], many=True
+                ).data,
+            }
+        )
+
+
+class AvailabilityTimelineView(APIView):
+    """Free GPUs of a model per time bucket (free for the whole bucket), for calendar views."""
+
+    @extend_schema(parameters=[TimelineQuerySerializer])
+    def get(self, request):
+        query = TimelineQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        data = query.validated_data
+        points = selectors.free_capacity(
+            gpu_model=data["gpu_model"], start=data["start"], end=data["end"], bucket=data["bucket"]
+        )
+        return Response(
+            {
+                "gpu_model": data["gpu_model"].name,
+                "bucket": str(data["bucket"]),
+                "points": [{"start": t, "free": free} for t, free in points],
+            }
+        )

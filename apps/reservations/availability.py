@@ -1,0 +1,227 @@
+"""Where and when `count` GPUs of one model are free: pure functions, no Django.
+
+The selectors load GPUs and their active holdings and call these; the same code answers the
+API's availability search and picks the GPUs of a new booking, and property tests check it
+against a brute-force oracle.
+
+Times are aware datetimes; slot starts lie on a grid of `slot` anchored at the Unix epoch.
+"""
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+Interval = tuple[datetime, datetime]
+
+
+@dataclass(frozen=True, order=True)
+class GpuInfo:
+    node: str
+    index: int
+    id: int
+    nvlink_domain: str = ""
+    uuid: str = ""
+
+
+@dataclass(frozen=True)
+class Slot:
+    """`gpus` are free for [start, start + duration); any grid start up to `latest_start` is too."""
+
+    start: datetime
+    latest_start: datetime
+    gpus: tuple[GpuInfo, ...]
+
+
+def ceil_to_grid(moment: datetime, slot: timedelta) -> datetime:
+    steps = -((EPOCH - moment) // slot)
+    return EPOCH + steps * slot
+
+
+def floor_to_grid(moment: datetime, slot: timedelta) -> datetime:
+    return EPOCH + ((moment - EPOCH) // slot) * slot
+
+
+def round_up_to_slot(duration: timedelta, slot: timedelta) -> timedelta:
+    return max(slot, -(-duration // slot) * slot)
+
+
+def is_on_grid(moment: datetime, slot: timedelta) -> bool:
+    return (moment - EPOCH) % slot == timedelta(0)
+
+
+def overlaps(intervals: Sequence[Interval], start: datetime, end: datetime) -> bool:
+    return any(s < end and start < e for s, e in intervals)
+
+
+def free_gpus(
+    gpus: Iterable[GpuInfo], busy: Mapping[int, Sequence[Interval]], start: datetime, end: datetime
+) -> list[GpuInfo]:
+    return [g for g in gpus if not overlaps(busy.get(g.id, ()), start, end)]
+
+
+def _best_fit(groups: Mapping[str, list[GpuInfo]], count: int) -> list[GpuInfo] | None:
+    """The smallest group that still holds `count`, so big holes stay whole for big asks."""
+    fitting = [
+        (len(members), key) for key, members in groups.items() if key and len(members) >= count
+    ]
+    if not fitting:
+        return None
+    return sorted(groups[min(fitting)[1]])[:count]
+
+
+def pick_gpus(free: Sequence[GpuInfo], count: int, *, same_node: bool) -> list[GpuInfo] | None:
+    """Choose `count` of the free GPUs: one node if possible (best fit, then one NVLink domain
+    inside it), else one NVLink domain, else as few nodes as possible. None if impossible."""
+    if len(free) < count or count <= 0:
+        return None
+    by_node: dict[str, list[GpuInfo]] = defaultdict(list)
+    for gpu in free:
+        by_node[gpu.node].append(gpu)
+    fitting_nodes = [(len(m), node) for node, m in by_node.items() if len(m) >= count]
+    if fitting_nodes:
+        node_gpus = by_node[min(fitting_nodes)[1]]
+        by_domain: dict[str, list[GpuInfo]] = defaultdict(list)
+        for gpu in node_gpus:
+            by_domain[gpu.nvlink_domain].append(gpu)
+        return _best_fit(by_domain, count) or sorted(node_gpus)[:count]
+    if same_node:
+        return None
+    by_domain = defaultdict(list)
+    for gpu in free:
+        by_domain[gpu.nvlink_domain].append(gpu)
+    in_one_domain = _best_fit(by_domain, count)
+    if in_one_domain:
+        return in_one_domain
+    chosen: list[GpuInfo] = []
+    for node in sorted(by_node, key=lambda n: (-len(by_node[n]), n)):
+        chosen.extend(sorted(by_node[node])[: count - len(chosen)])
+        if len(chosen) == count:
+            break
+    return chosen
+
+
+def _feasible_starts(
+    intervals: Sequence[Interval],
+    *,
+    duration: timedelta,
+    after: datetime,
+    horizon: datetime,
+    slot: timedelta,
+) -> list[tuple[datetime, datetime]]:
+    """Grid ranges [lo, hi] of starts t with [t, t + duration) clear of `intervals`."""
+    ranges = []
+    cursor = after
+    for busy_start, busy_end in sorted(intervals):
+        if busy_end <= cursor:
+            continue
+        lo = ceil_to_grid(cursor, slot)
+        hi = min(floor_to_grid(busy_start - duration, slot), horizon)
+        if lo <= hi:
+            ranges.append((lo, hi))
+        cursor = max(cursor, busy_end)
+        if cursor > horizon:
+            return ranges
+    lo, hi = ceil_to_grid(cursor, slot), horizon
+    if lo <= hi:
+        ranges.append((lo, hi))
+    return ranges
+
+
+def _windows_with_coverage(
+    ranges: Iterable[tuple[datetime, datetime]], count: int, slot: timedelta
+) -> list[tuple[datetime, datetime]]:
+    """Sweep: maximal grid windows where at least `count` of the ranges cover each start."""
+    deltas: dict[datetime, int] = defaultdict(int)
+    for lo, hi in ranges:
+        deltas[lo] += 1
+        deltas[hi + slot] -= 1
+    windows: list[tuple[datetime, datetime]] = []
+    coverage, open_at = 0, None
+    for moment in sorted(deltas):
+        coverage += deltas[moment]
+        if coverage >= count and open_at is None:
+            open_at = moment
+        elif coverage < count and open_at is not None:
+            windows.append((open_at, moment - slot))
+            open_at = None
+    return windows
+
+
+def _merge(
+    windows: Iterable[tuple[datetime, datetime]], slot: timedelta
+) -> list[tuple[datetime, datetime]]:
+    merged: list[tuple[datetime, datetime]] = []
+    for lo, hi in sorted(windows):
+        if merged and lo <= merged[-1][1] + slot:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], hi))
+        else:
+            merged.append((lo, hi))
+    return merged
+
+
+def find_slots(
+    gpus: Sequence[GpuInfo],
+    busy: Mapping[int, Sequence[Interval]],
+    *,
+    count: int,
+    duration: timedelta,
+    after: datetime,
+    horizon: datetime,
+    slot: timedelta,
+    same_node: bool = False,
+    limit: int = 5,
+) -> list[Slot]:
+    """The earliest windows (up to `limit`) in which `count` GPUs are free for `duration`,
+    starting on the grid between `after` and `horizon`, each with the GPUs to book."""
+    after = ceil_to_grid(after, slot)
+    horizon = floor_to_grid(horizon, slot)
+    if count <= 0 or after > horizon:
+        return []
+    groups: dict[str, list[tuple[datetime, datetime]]] = defaultdict(list)
+    for gpu in gpus:
+        ranges = _feasible_starts(
+            busy.get(gpu.id, ()), duration=duration, after=after, horizon=horizon, slot=slot
+        )
+        groups[gpu.node if same_node else ""].extend(ranges)
+    windows = _merge(
+        (w for ranges in groups.values() for w in _windows_with_coverage(ranges, count, slot)), slot
+    )
+    slots = []
+    for lo, hi in windows[:limit]:
+        start = lo
+        picked = pick_gpus(
+            free_gpus(gpus, busy, start, start + duration), count, same_node=same_node
+        )
+        if picked is None:  # cannot happen when the sweep is right; keep the answer honest
+            continue
+        slots.append(Slot(start=start, latest_start=hi, gpus=tuple(picked)))
+    return slots
+
+
+def free_capacity_timeline(
+    gpus: Sequence[GpuInfo],
+    busy: Mapping[int, Sequence[Interval]],
+    *,
+    start: datetime,
+    end: datetime,
+    bucket: timedelta,
+) -> list[tuple[datetime, int]]:
+    """For each bucket of [start, end): how many GPUs are free for the whole bucket."""
+    buckets = []
+    moment = start
+    while moment < end:
+        buckets.append(moment)
+        moment += bucket
+    busy_in: list[set[int]] = [set() for _ in buckets]
+    ids = {g.id for g in gpus}
+    for gpu_id, intervals in busy.items():
+        if gpu_id not in ids:
+            continue
+        for s, e in intervals:
+            first = max(0, (s - start) // bucket)
+            last = min(len(buckets) - 1, -((start - e) // bucket) - 1)
+            for i in range(first, last + 1):
+                busy_in[i].add(gpu_id)
+    return [(b, len(ids) - len(taken)) for b, taken in zip(buckets, busy_in, strict=True)]

@@ -1,0 +1,100 @@
+from django.conf import settings
+from django.db import models
+from django.db.models import F, Q
+
+from apps.reservations.choices import OPEN_STATUSES, ReservationStatus
+
+
+class Reservation(models.Model):
+    """A team's booking of `count` GPUs of one model for [start, end)."""
+
+    team = models.ForeignKey("teams.Team", on_delete=models.PROTECT, related_name="reservations")
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="reservations"
+    )
+    gpu_model = models.ForeignKey(
+        "fleet.GpuModel", on_delete=models.PROTECT, related_name="reservations"
+    )
+    count = models.PositiveIntegerField()
+    start = models.DateTimeField(db_index=True)
+    end = models.DateTimeField(db_index=True)
+    status = models.CharField(
+        max_length=16, choices=ReservationStatus.choices, default=ReservationStatus.SCHEDULED
+    )
+    purpose = models.CharField(max_length=500, blank=True)
+    same_node = models.BooleanField(default=False)
+    over_quota = models.BooleanField(
+        default=False, help_text="Part of it exceeds the team's guarantee: preemptible."
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    ended_at = models.DateTimeField(
+        null=True, blank=True, help_text="When it was cancelled or released early."
+    )
+    end_reason = models.TextField(blank=True)
+    released_gpu_hours = models.DecimalField(
+        max_digits=12, decimal_places=4, default=0, help_text="Booked GPU-hours given back early."
+    )
+    reminder_sent_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-start", "-id"]
+        indexes = [models.Index(fields=["status", "end"], name="reservation_status_end_idx")]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(end__gt=F("start")),
+                name="reservation_end_after_start",
+                violation_error_message="The end must be after the start.",
+            ),
+            models.CheckConstraint(
+                condition=Q(count__gt=0),
+                name="reservation_count_positive",
+                violation_error_message="Book at least one GPU.",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return (
+            f"#{self.pk} {self.team.slug} {self.count}x{self.gpu_model} {self.start:%Y-%m-%d %H:%M}"
+        )
+
+    @property
+    def duration(self):
+        return self.end - self.start
+
+    @property
+    def is_open(self) -> bool:
+        return self.status in OPEN_STATUSES
+
+
+class ReservationGpu(models.Model):
+    """One GPU held by a reservation over [start, end).
+
+    On PostgreSQL an exclusion constraint (migration 0002) forbids two active holdings of the
+    same GPU from overlapping; cancelling a booking deactivates its future holdings.
+    """
+
+    reservation = models.ForeignKey(Reservation, on_delete=models.CASCADE, related_name="holdings")
+    gpu = models.ForeignKey("fleet.Gpu", on_delete=models.PROTECT, related_name="holdings")
+    start = models.DateTimeField()
+    end = models.DateTimeField()
+    active = models.BooleanField(default=True)
+
+    class Meta:
+        ordering = ["gpu_id", "start"]
+        indexes = [
+            models.Index(
+                fields=["gpu", "end", "start"],
+                condition=Q(active=True),
+                name="holding_active_gpu_time_idx",
+            )
+        ]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(end__gt=F("start")),
+                name="holding_end_after_start",
+                violation_error_message="A holding must end after it starts.",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.gpu_id} [{self.start:%Y-%m-%d %H:%M}, {self.end:%Y-%m-%d %H:%M})"

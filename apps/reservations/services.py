@@ -1,0 +1,544 @@
+"""Reservation lifecycle: book, cancel, extend, release, relocate off drained GPUs.
+
+Invariants held here:
+- no GPU is held twice at once: on PostgreSQL by an exclusion constraint (a lost race is
+  retried with other GPUs), on SQLite by running every booking in one BEGIN IMMEDIATE
+  transaction (settings) that re-checks;
+- the team's quota rows are locked (SELECT ... FOR UPDATE) before its bookings are counted, so
+  two racing requests cannot both take the last unit;
+- every refusal raises before anything is written.
+"""
+
+import logging
+from datetime import datetime, timedelta
+from decimal import Decimal
+
+from django.core.exceptions import ValidationError
+from django.core.mail import send_mail
+from django.db import IntegrityError, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from apps.audit.services import audit_record
+from apps.fleet.models import Gpu, GpuModel
+from apps.reservations import availability, selectors
+from apps.reservations.choices import OPEN_STATUSES, ReservationStatus
+from apps.reservations.models import Reservation, ReservationGpu
+from apps.reservations.policy import BookingPolicy, budget_check
+from apps.teams.choices import TeamRole
+from apps.teams.models import Membership, Quota, Team
+from apps.teams.permissions import is_platform_admin
+from portal.exceptions import ConflictError, PolicyRefusal
+
+logger = logging.getLogger(__name__)
+
+BOOKING_ATTEMPTS = 4
+EXCLUSION_CONSTRAINT = "holding_no_overlap_per_gpu"
+
+
+def validate_window(
+    *, start: datetime, end: datetime, count: int, policy: BookingPolicy, now: datetime
+) -> None:
+    """Policy checks on a requested window; raises ValidationError with per-field messages."""
+    errors: dict[str, str] = {}
+    slot_minutes = int(policy.slot.total_seconds() // 60)
+    if start.tzinfo is None or end.tzinfo is None:
+        errors["start"] = "Give times with a time zone (e.g. 2026-12-03T09:00:00Z)."
+    else:
+        if start < availability.floor_to_grid(now, policy.slot):
+            errors["start"] = "The start is in the past."
+        elif start > now + policy.max_advance:
+            errors["start"] = f"Book at most {policy.max_advance.days} days ahead."
+        elif not availability.is_on_grid(start, policy.slot):
+            errors["start"] = f"The start must be on the {slot_minutes}-minute grid."
+        if end <= start:
+            errors["end"] = "The end must be after the start."
+        elif end - start > policy.max_duration:
+            hours = int(policy.max_duration.total_seconds() // 3600)
+            errors["end"] = f"A booking lasts at most {hours} hours."
+        elif not availability.is_on_grid(end, policy.slot):
+            errors["end"] = f"The duration must be a multiple of {slot_minutes} minutes."
+    if count < 1:
+        errors["count"] = "Book at least one GPU."
+    elif count > policy.max_gpus:
+        errors["count"] = f"Book at most {policy.max_gpus} GPUs at once."
+    if errors:
+        raise ValidationError(errors)
+
+
+def _require_member(user, team: Team) -> None:
+    if is_platform_admin(user):
+        return
+    if not Membership.objects.filter(user=user, team=team).exists():
+        raise ValidationError({"team": "You are not a member of this team."})
+
+
+def _locked_quotas(team: Team, gpu_model: GpuModel) -> list[Quota]:
+    """The quota rows that govern this booking (its model's and the any-model one), locked
+    until the transaction ends so racing bookings of the team queue up here."""
+    return list(
+        Quota.objects.select_for_update(of=("self",))
+        .select_related("gpu_model")
+        .filter(Q(gpu_model=gpu_model) | Q(gpu_model__isnull=True), team=team)
+        .order_by("id")
+    )
+
+
+def check_quota(
+    *,
+    team: Team,
+    gpu_model: GpuModel,
+    count: int,
+    start: datetime,
+    end: datetime,
+    exclude_reservation_id: int | None = None,
+) -> bool:
+    """Refuse (403 quota_exceeded) if the team would hold more than a limit at any instant of
+    [start, end). Returns whether the booking is over the team's guarantee (over-quota)."""
+    quotas = _locked_quotas(team, gpu_model)
+    if not quotas:
+        raise PolicyRefusal(
+            f"Team {team.slug} has no quota for {gpu_model.name}. Ask a platform admin for one.",
+            code="quota_exceeded",
+            detail={"gpu_model": gpu_model.name, "limit": 0, "requested": count},
+        )
+    over_quota = False
+    for quota in quotas:
+        booked = selectors.peak_concurrent(
+            selectors.team_booked_intervals(
+                team=team,
+                start=start,
+                end=end,
+                gpu_model=quota.gpu_model,
+                exclude_reservation_id=exclude_reservation_id,
+            )
+        )
+        scope = quota.gpu_model.name if quota.gpu_model else "all GPU models"
+        if booked + count > quota.limit:
+            raise PolicyRefusal(
+                f"Quota exceeded: team {team.slug} may hold {quota.limit} GPUs of {scope}; "
+                f"{booked} are already booked in this window and you asked for {count}.",
+                code="quota_exceeded",
+                detail={
+                    "gpu_model": scope,
+                    "limit": quota.limit,
+                    "guaranteed": quota.guaranteed,
+                    "booked": booked,
+                    "requested": count,
+                    "available": max(quota.limit - booked, 0),
+                },
+            )
+        over_quota = over_quota or booked + count > quota.guaranteed
+    return over_quota
+
+
+def _next_slot_detail(*, gpu_model, count, duration, after, same_node) -> dict | None:
+    slots = selectors.slots_from_now(
+        gpu_model=gpu_model,
+        count=count,
+        duration=duration,
+        after=after,
+        same_node=same_node,
+        limit=1,
+    )
+    if not slots:
+        return None
+    return {
+        "start": slots[0].start.isoformat(),
+        "end": (slots[0].start + duration).isoformat(),
+        "latest_start": slots[0].latest_start.isoformat(),
+    }
+
+
+def _conflict(*, gpu_model, count, start, end, same_node, free: int) -> ConflictError:
+    next_slot = _next_slot_detail(
+        gpu_model=gpu_model,
+        count=count,
+        duration=end - start,
+        after=start,
+        same_node=same_node,
+    )
+    where = " on one node" if same_node else ""
+    message = (
+        f"Only {free} {gpu_model.name} GPUs are free{where} from {start:%Y-%m-%d %H:%M} to "
+        f"{end:%Y-%m-%d %H:%M} UTC; you asked for {count}."
+    )
+    if next_slot:
+        message += f" Next free slot starts {next_slot['start']}."
+    return ConflictError(
+        message,
+        detail={
+            "requested": {"start": start.isoformat(), "end": end.isoformat(), "count": count},
+            "free_gpus": free,
+            "next_free_slot": next_slot,
+        },
+    )
+
+
+def _is_overlap_violation(error: IntegrityError) -> bool:
+    return EXCLUSION_CONSTRAINT in str(error)
+
+
+def reservation_create(
+    *,
+    team: Team,
+    user,
+    gpu_model: GpuModel,
+    count: int,
+    start: datetime,
+    end: datetime,
+    purpose: str = "",
+    same_node: bool = False,
+) -> Reservation:
+    """Book `count` GPUs of `gpu_model` for [start, end), picking GPUs on one node first, then
+    one NVLink domain. 400 on bad input, 403 quota_exceeded / budget_exhausted, 409 conflict."""
+    policy = BookingPolicy.from_settings()
+    now = timezone.now()
+    _require_member(user, team)
+    validate_window(start=start, end=end, count=count, policy=policy, now=now)
+    if not team.is_active:
+        raise ValidationError({"team": f"Team {team.slug} is inactive."})
+    existing = Gpu.objects.filter(model=gpu_model, mig_parent__isnull=True).exclude(
+        status="retired"
+    )
+    if count > existing.count():
+        raise ValidationError(
+            {"count": f"The fleet has only {existing.count()} {gpu_model.name} GPUs."}
+        )
+
+    with transaction.atomic():
+        over_quota = check_quota(team=team, gpu_model=gpu_model, count=count, start=start, end=end)
+        budget_check(team=team, gpu_model=gpu_model, count=count, start=start, end=end)
+        for _attempt in range(BOOKING_ATTEMPTS):
+            gpus = selectors.schedulable_gpus(gpu_model=gpu_model)
+            busy = selectors.busy_intervals(gpu_ids=[g.id for g in gpus], start=start, end=end)
+            free = availability.free_gpus(gpus, busy, start, end)
+            picked = availability.pick_gpus(free, count, same_node=same_node)
+            if picked is None:
+                raise _conflict(
+                    gpu_model=gpu_model,
+                    count=count,
+                    start=start,
+                    end=end,
+                    same_node=same_node,
+                    free=len(free),
+                )
+            try:
+                with transaction.atomic():
+                    reservation = Reservation.objects.create(
+                        team=team,
+                        created_by=user,
+                        gpu_model=gpu_model,
+                        count=count,
+                        start=start,
+                        end=end,
+                        purpose=purpose,
+                        same_node=same_node,
+                        over_quota=over_quota,
+                        status=ReservationStatus.ACTIVE
+                        if start <= now
+                        else ReservationStatus.SCHEDULED,
+                    )
+                    ReservationGpu.objects.bulk_create(
+                        ReservationGpu(reservation=reservation, gpu_id=g.id, start=start, end=end)
+                        for g in picked
+                    )
+                return reservation
+            except IntegrityError as error:
+                if not _is_overlap_violation(error):
+                    raise
+                logger.info("booking raced another for the same GPUs; retrying")
+        raise _conflict(
+            gpu_model=gpu_model,
+            count=count,
+            start=start,
+            end=end,
+            same_node=same_node,
+            free=0,
+        )
+
+
+def _may_manage(user, reservation: Reservation) -> bool:
+    if is_platform_admin(user) or reservation.created_by_id == user.pk:
+        return True
+    return Membership.objects.filter(
+        user=user, team_id=reservation.team_id, role=TeamRole.TEAM_ADMIN
+    ).exists()
+
+
+def _lock(reservation: Reservation) -> Reservation:
+    return (
+        Reservation.objects.select_for_update()
+        .select_related("team", "gpu_model")
+        .get(pk=reservation.pk)
+    )
+
+
+def _end_holdings_at(reservation: Reservation, moment: datetime) -> None:
+    """Give back everything after `moment`: future holdings go, running ones are cut short."""
+    holdings = reservation.holdings.filter(active=True, end__gt=moment)
+    holdings.filter(start__gte=moment).update(active=False)
+    holdings.filter(start__lt=moment).update(end=moment)
+
+
+def _require_open(reservation: Reservation, verb: str) -> None:
+    if reservation.status not in OPEN_STATUSES:
+        raise ConflictError(
+            f"Reservation #{reservation.pk} is {reservation.status}; it cannot be {verb}.",
+            code="invalid_state",
+            detail={"status": reservation.status},
+        )
+
+
+def _notify_team(reservation: Reservation, subject: str, body: str) -> None:
+    admins = Membership.objects.filter(
+        team_id=reservation.team_id, role=TeamRole.TEAM_ADMIN
+    ).values_list("user__email", flat=True)
+    recipients = sorted({reservation.created_by.email, *admins} - {""})
+    if recipients:
+        transaction.on_commit(
+            lambda: send_mail(subject, body, None, recipients, fail_silently=True)
+        )
+
+
+@transaction.atomic
+def reservation_cancel(*, reservation: Reservation, actor, reason: str = "") -> Reservation:
+    """Cancel before or during the window; the rest of the window is freed at once.
+
+    A platform admin cancelling someone else's booking is a forced cancel: it needs a reason,
+    is audited, and the team is told why."""
+    reservation = _lock(reservation)
+    if not _may_manage(actor, reservation):
+        raise PolicyRefusal(
+            "Only the person who booked it, a team admin or a platform admin may cancel it.",
+            code="not_owner",
+        )
+    _require_open(reservation, "cancelled")
+    forced = (
+        is_platform_admin(actor)
+        and not Membership.objects.filter(user=actor, team_id=reservation.team_id).exists()
+    )
+    if forced and not reason.strip():
+        raise ValidationError({"reason": "Say why you cancel another team's booking."})
+    now = timezone.now()
+    before = {"status": reservation.status}
+    _end_holdings_at(reservation, max(now, reservation.start))
+    reservation.status = ReservationStatus.CANCELLED
+    reservation.ended_at = now
+    reservation.end_reason = reason
+    reservation.save(update_fields=["status", "ended_at", "end_reason"])
+    if forced:
+        audit_record(
+            actor=actor,
+            action="reservation.force_cancel",
+            target=reservation,
+            before=before,
+            after={"status": reservation.status},
+            reason=reason,
+        )
+        _notify_team(
+            reservation,
+            f"Your GPU reservation #{reservation.pk} was cancelled by a platform admin",
+            f"{reservation} was cancelled by {actor.get_username()}.\n\nReason: {reason}\n",
+        )
+    return reservation
+
+
+@transaction.atomic
+def reservation_extend(*, reservation: Reservation, actor, new_end: datetime) -> Reservation:
+    """Move the end later, keeping the same GPUs; refused (409) if any of them is taken."""
+    reservation = _lock(reservation)
+    if not _may_manage(actor, reservation):
+        raise PolicyRefusal(
+            "Only the person who booked it, a team admin or a platform admin may extend it.",
+            code="not_owner",
+        )
+    _require_open(reservation, "extended")
+    policy = BookingPolicy.from_settings()
+    if new_end <= reservation.end:
+        raise ValidationError({"end": "The new end must be after the current end."})
+    validate_window(
+        start=reservation.start,
+        end=new_end,
+        count=reservation.count,
+        policy=policy,
+        now=min(timezone.now(), reservation.start),
+    )
+    check_quota(
+        team=reservation.team,
+        gpu_model=reservation.gpu_model,
+        count=reservation.count,
+        start=reservation.end,
+        end=new_end,
+        exclude_reservation_id=reservation.pk,
+    )
+    budget_check(
+        team=reservation.team,
+        gpu_model=reservation.gpu_model,
+        count=reservation.count,
+        start=reservation.end,
+        end=new_end,
+    )
+    gpu_ids = list(reservation.holdings.filter(active=True).values_list("gpu_id", flat=True))
+    taken = selectors.busy_intervals(
+        gpu_ids=gpu_ids,
+        start=reservation.end,
+        end=new_end,
+        exclude_reservation_id=reservation.pk,
+    )
+    if taken:
+        first = min(s for intervals in taken.values() for s, _ in intervals)
+        raise ConflictError(
+            f"Cannot extend: {len(taken)} of its GPUs are booked from {first:%Y-%m-%d %H:%M} UTC.",
+            detail={"taken_from": first.isoformat(), "gpus_taken": len(taken)},
+        )
+    try:
+        with transaction.atomic():
+            reservation.holdings.filter(active=True, end=reservation.end).update(end=new_end)
+    except IntegrityError as error:
+        if not _is_overlap_violation(error):
+            raise
+        raise ConflictError("Cannot extend: its GPUs were just booked by someone else.") from error
+    reservation.end = new_end
+    reservation.reminder_sent_at = None
+    reservation.save(update_fields=["end", "reminder_sent_at"])
+    return reservation
+
+
+@transaction.atomic
+def reservation_release(*, reservation: Reservation, reason: str, actor=None) -> Reservation:
+    """End an active booking early because its GPUs sit idle (called by idle detection) and
+    record the GPU-hours given back."""
+    reservation = _lock(reservation)
+    if reservation.status != ReservationStatus.ACTIVE:
+        raise ConflictError(
+            f"Reservation #{reservation.pk} is {reservation.status}; only active ones are released.",
+            code="invalid_state",
+        )
+    now = timezone.now()
+    remaining = max(reservation.end - now, timedelta(0))
+    _end_holdings_at(reservation, now)
+    reservation.status = ReservationStatus.RELEASED
+    reservation.ended_at = now
+    reservation.end_reason = reason
+    reservation.released_gpu_hours = (
+        Decimal(reservation.count) * Decimal(remaining.total_seconds()) / Decimal(3600)
+    ).quantize(Decimal("0.0001"))
+    reservation.save(update_fields=["status", "ended_at", "end_reason", "released_gpu_hours"])
+    audit_record(
+        actor=actor,
+        action="reservation.release",
+        target=reservation,
+        before={"status": ReservationStatus.ACTIVE},
+        after={
+            "status": reservation.status,
+            "released_gpu_hours": str(reservation.released_gpu_hours),
+        },
+        reason=reason,
+    )
+    _notify_team(
+        reservation,
+        f"Your GPU reservation #{reservation.pk} was released",
+        f"{reservation} was released early: {reason}\n",
+    )
+    return reservation
+
+
+def reservations_relocate_off_gpus(*, gpu_ids: list[int], actor) -> dict:
+    """After GPUs leave service: move open bookings' remaining time to other free GPUs of the
+    same model; tell the team when no GPU is free. Returns what moved and what could not."""
+    now = timezone.now()
+    report: dict[str, list[dict]] = {"moved": [], "unresolved": []}
+    affected = selectors.open_reservations_on_gpus(gpu_ids=gpu_ids, now=now)
+    for holding in affected.order_by("start", "id"):
+        reservation = holding.reservation
+        window_start = max(holding.start, now)
+        window_start = availability.ceil_to_grid(window_start, timedelta(minutes=1))
+        candidates = [
+            g
+            for g in selectors.schedulable_gpus(gpu_model=reservation.gpu_model)
+            if g.id not in gpu_ids
+        ]
+        busy = selectors.busy_intervals(
+            gpu_ids=[g.id for g in candidates], start=window_start, end=holding.end
+        )
+        free = availability.free_gpus(candidates, busy, window_start, holding.end)
+        entry = {
+            "reservation": reservation.pk,
+            "team": reservation.team.slug,
+            "gpu": str(holding.gpu),
+        }
+        if not free or window_start >= holding.end:
+            report["unresolved"].append(entry)
+            _notify_team(
+                reservation,
+                f"GPU reservation #{reservation.pk} lost a GPU",
+                f"{holding.gpu} was taken out of service and no other "
+                f"{reservation.gpu_model.name} GPU is free until {holding.end:%Y-%m-%d %H:%M} UTC. "
+                "Your booking keeps its other GPUs.\n",
+            )
+            continue
+        replacement = availability.pick_gpus(free, 1, same_node=False)[0]
+        with transaction.atomic():
+            if holding.start < window_start:
+                ReservationGpu.objects.filter(pk=holding.pk).update(end=window_start)
+            else:
+                ReservationGpu.objects.filter(pk=holding.pk).update(active=False)
+            ReservationGpu.objects.create(
+                reservation=reservation, gpu_id=replacement.id, start=window_start, end=holding.end
+            )
+        entry["moved_to"] = f"{replacement.node}/gpu{replacement.index}"
+        report["moved"].append(entry)
+        audit_record(
+            actor=actor,
+            action="reservation.relocate",
+            target=reservation,
+            before={"gpu": entry["gpu"]},
+            after={"gpu": entry["moved_to"]},
+            reason="GPU taken out of service",
+        )
+    return report
+
+
+def reservation_lifecycle_tick(*, now: datetime | None = None) -> dict[str, int]:
+    """Advance bookings by the clock: start, finish, remind. Safe to run twice or in parallel."""
+    now = now or timezone.now()
+    policy = BookingPolicy.from_settings()
+    with transaction.atomic():
+        completed = Reservation.objects.filter(status__in=OPEN_STATUSES, end__lte=now).update(
+            status=ReservationStatus.COMPLETED
+        )
+        activated = Reservation.objects.filter(
+            status=ReservationStatus.SCHEDULED, start__lte=now, end__gt=now
+        ).update(status=ReservationStatus.ACTIVE)
+    reminded = 0
+    due = Reservation.objects.filter(
+        status=ReservationStatus.ACTIVE,
+        reminder_sent_at__isnull=True,
+        end__lte=now + policy.reminder_before,
+        end__gt=now,
+    ).values_list("pk", flat=True)
+    for pk in due:
+        with transaction.atomic():
+            reservation = (
+                Reservation.objects.select_for_update(skip_locked=True)
+                .select_related("created_by", "team", "gpu_model")
+                .filter(pk=pk, reminder_sent_at__isnull=True)
+                .first()
+            )
+            if reservation is None:
+                continue
+            reservation.reminder_sent_at = now
+            reservation.save(update_fields=["reminder_sent_at"])
+            minutes = int((reservation.end - now).total_seconds() // 60)
+            if reservation.created_by.email:
+                send_mail(
+                    f"GPU reservation #{reservation.pk} ends in {minutes} minutes",
+                    f"{reservation} ends at {reservation.end:%Y-%m-%d %H:%M} UTC. "
+                    "Extend it in the portal if you need more time and its GPUs are free.\n",
+                    None,
+                    [reservation.created_by.email],
+                    fail_silently=True,
+                )
+            reminded += 1
+    return {"activated": activated, "completed": completed, "reminded": reminded}
