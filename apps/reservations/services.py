@@ -412,7 +412,8 @@ def reservation_release(*, reservation: Reservation, reason: str, actor=None) ->
     reservation = _lock(reservation)
     if reservation.status != ReservationStatus.ACTIVE:
         raise ConflictError(
-            f"Reservation #{reservation.pk} is {reservation.status}; only active ones are released.",
+            f"Reservation #{reservation.pk} is {reservation.status}; "
+            "only active ones can be released.",
             code="invalid_state",
         )
     now = timezone.now()
@@ -449,6 +450,7 @@ def reservations_relocate_off_gpus(*, gpu_ids: list[int], actor) -> dict:
     same model; tell the team when no GPU is free. Returns what moved and what could not."""
     now = timezone.now()
     report: dict[str, list[dict]] = {"moved": [], "unresolved": []}
+    lost: dict[int, tuple[Reservation, list[str]]] = {}
     affected = selectors.open_reservations_on_gpus(gpu_ids=gpu_ids, now=now)
     for holding in affected.order_by("start", "id"):
         reservation = holding.reservation
@@ -470,13 +472,7 @@ def reservations_relocate_off_gpus(*, gpu_ids: list[int], actor) -> dict:
         }
         if not free or window_start >= holding.end:
             report["unresolved"].append(entry)
-            _notify_team(
-                reservation,
-                f"GPU reservation #{reservation.pk} lost a GPU",
-                f"{holding.gpu} was taken out of service and no other "
-                f"{reservation.gpu_model.name} GPU is free until {holding.end:%Y-%m-%d %H:%M} UTC. "
-                "Your booking keeps its other GPUs.\n",
-            )
+            lost.setdefault(reservation.pk, (reservation, []))[1].append(str(holding.gpu))
             continue
         replacement = availability.pick_gpus(free, 1, same_node=False)[0]
         with transaction.atomic():
@@ -496,6 +492,13 @@ def reservations_relocate_off_gpus(*, gpu_ids: list[int], actor) -> dict:
             before={"gpu": entry["gpu"]},
             after={"gpu": entry["moved_to"]},
             reason="GPU taken out of service",
+        )
+    for reservation, gpus in lost.values():
+        _notify_team(
+            reservation,
+            f"GPU reservation #{reservation.pk} lost {len(gpus)} GPU(s)",
+            f"{', '.join(gpus)} left service and no other {reservation.gpu_model.name} GPU is "
+            f"free until {reservation.end:%Y-%m-%d %H:%M} UTC. Your booking keeps the rest.\n",
         )
     return report
 

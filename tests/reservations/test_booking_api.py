@@ -1,6 +1,7 @@
 from datetime import timedelta
 
 import pytest
+from django.core import mail
 
 from apps.audit.models import AuditEvent
 from apps.reservations.models import Reservation, ReservationGpu
@@ -218,7 +219,7 @@ def test_other_member_cannot_cancel_but_team_admin_can(member, team_admin, quota
 
 
 def test_platform_admin_force_cancel_is_audited_and_team_is_told(
-    member, platform_admin, quotas, tomorrow_9
+    member, platform_admin, quotas, tomorrow_9, django_capture_on_commit_callbacks
 ):
     rid = (
         client_for(member).post(URL, booking(count=1, start=tomorrow_9), format="json").json()["id"]
@@ -226,8 +227,13 @@ def test_platform_admin_force_cancel_is_audited_and_team_is_told(
     api = client_for(platform_admin)
     no_reason = api.post(f"{URL}{rid}/cancel/", {}, format="json")
     assert no_reason.status_code == 400 and "reason" in no_reason.json()["detail"]
-    response = api.post(f"{URL}{rid}/cancel/", {"reason": "emergency maintenance"}, format="json")
+    with django_capture_on_commit_callbacks(execute=True):
+        response = api.post(
+            f"{URL}{rid}/cancel/", {"reason": "emergency maintenance"}, format="json"
+        )
     assert response.status_code == 200
+    assert len(mail.outbox) == 1 and member.email in mail.outbox[0].to
+    assert "emergency maintenance" in mail.outbox[0].body
     event = AuditEvent.objects.get(action="reservation.force_cancel")
     assert event.actor == platform_admin and event.reason == "emergency maintenance"
 
