@@ -10,6 +10,7 @@ from apps.reservations.api import (
     AvailabilityView,
     ReservationViewSet,
 )
+from apps.reservations.views import quota_admin_view
 from apps.teams.api import QuotaViewSet, TeamViewSet
 from apps.teams.views import home_view
 from portal import views
@@ -27,6 +28,8 @@ urlpatterns = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("teams/", include("apps.teams.urls")),
     path("fleet/", include("apps.fleet.urls")),
+    path("reservations/", include("apps.reservations.urls")),
+    path("quotas/", quota_admin_view, name="quotas"),
     path("audit/", include("apps.audit.urls")),
     path("admin/", admin.site.urls),
     path("api/v1/availability/", AvailabilityView.as_view(), name="availability"),

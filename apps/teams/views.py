@@ -5,6 +5,7 @@ from django.views.decorators.http import require_POST
 from rest_framework.authtoken.models import Token
 
 from apps.fleet.selectors import fleet_summary
+from apps.reservations.selectors import quota_usage_table
 from apps.teams import selectors, services
 from apps.teams.forms import MembershipAddForm
 from apps.teams.models import Team
@@ -57,6 +58,7 @@ def team_detail_view(request, slug: str):
             "members": selectors.team_members(team=team),
             "can_manage": can_manage,
             "form": form,
+            "quota_rows": quota_usage_table(teams=Team.objects.filter(pk=team.pk)),
         },
     )
 

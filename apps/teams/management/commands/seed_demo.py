@@ -8,7 +8,7 @@ from django.db import transaction
 
 from apps.fleet.models import Gpu, GpuModel, Node
 from apps.teams.choices import GlobalRole, TeamRole
-from apps.teams.models import Membership, Team, User
+from apps.teams.models import Membership, Quota, Team, User
 
 TEAMS = [
     ("vision", "Computer Vision", "CC-1001"),
@@ -37,12 +37,25 @@ NODES = [
 ]
 
 
+# team, GPU model (None: all models), guaranteed, limit
+QUOTAS = [
+    ("vision", "H100-SXM-80GB", 4, 8),
+    ("vision", "L40S-48GB", 2, 4),
+    ("nlp", "H100-SXM-80GB", 8, 12),
+    ("nlp", "A100-SXM4-80GB", 4, 8),
+    ("speech", "A100-SXM4-80GB", 2, 4),
+    ("speech", "L40S-48GB", 2, 4),
+    ("robotics", "H100-SXM-80GB", 2, 4),
+    ("robotics", None, 2, 6),
+]
+
+
 def demo_gpu_uuid(hostname: str, index: int) -> str:
     return f"GPU-{uuid.uuid5(uuid.NAMESPACE_DNS, f'{hostname}.gpu{index}.demo')}"
 
 
 class Command(BaseCommand):
-    help = "Seed demo teams, users (password from DEMO_PASSWORD) and a simulated 28-GPU fleet."
+    help = "Seed demo teams, users (password DEMO_PASSWORD), quotas and a simulated 28-GPU fleet."
 
     @transaction.atomic
     def handle(self, *args, **options):
@@ -86,6 +99,12 @@ class Command(BaseCommand):
                         "nvlink_domain": f"{hostname}/nvl0" if nvlink else "",
                     },
                 )
+        for slug, model_name, guaranteed, limit in QUOTAS:
+            Quota.objects.update_or_create(
+                team=teams[slug],
+                gpu_model=models[model_name] if model_name else None,
+                defaults={"guaranteed": guaranteed, "limit": limit},
+            )
         self.stdout.write(
             self.style.SUCCESS(
                 f"Seeded {Team.objects.count()} teams, {User.objects.count()} users, "

@@ -1,0 +1,78 @@
+from datetime import UTC, timedelta
+
+from django import forms
+from django.utils import timezone
+
+from apps.fleet.models import GpuModel
+from apps.teams.models import Team
+
+
+class LocalDateTimeField(forms.DateTimeField):
+    """A datetime-local input; the browser sends its UTC offset in `tz_offset` (minutes, as JS
+    getTimezoneOffset gives it). Without JavaScript the time is read as UTC."""
+
+    widget = forms.DateTimeInput(attrs={"type": "datetime-local", "step": 900})
+
+
+def _apply_offset(value, offset_minutes: int | None):
+    if value is None:
+        return None
+    naive = timezone.make_naive(value, UTC) if timezone.is_aware(value) else value
+    return (naive + timedelta(minutes=offset_minutes or 0)).replace(tzinfo=UTC)
+
+
+class ReservationForm(forms.Form):
+    team = forms.ModelChoiceField(queryset=Team.objects.none(), empty_label=None)
+    gpu_model = forms.ModelChoiceField(
+        queryset=GpuModel.objects.all(), to_field_name="name", empty_label=None, label="GPU model"
+    )
+    count = forms.IntegerField(min_value=1, max_value=100_000, initial=1, label="GPUs")
+    start = LocalDateTimeField()
+    duration_hours = forms.DecimalField(
+        min_value=0.25, max_value=24 * 365, decimal_places=2, initial=4, label="Duration (hours)"
+    )
+    same_node = forms.BooleanField(required=False, label="All GPUs on one node")
+    purpose = forms.CharField(max_length=500, required=False)
+    tz_offset = forms.IntegerField(
+        required=False, widget=forms.HiddenInput, min_value=-900, max_value=900
+    )
+
+    def __init__(self, *args, user, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["team"].queryset = Team.objects.filter(memberships__user=user, is_active=True)
+        self.fields["team"].to_field_name = "slug"
+
+    def clean(self):
+        data = super().clean()
+        if data.get("start") is not None:
+            data["start"] = _apply_offset(data["start"], data.get("tz_offset"))
+            if data.get("duration_hours") is not None:
+                data["end"] = data["start"] + timedelta(hours=float(data["duration_hours"]))
+        return data
+
+
+class ExtendForm(forms.Form):
+    extra_hours = forms.DecimalField(min_value=0.25, max_value=24 * 7, decimal_places=2, initial=1)
+
+
+class CancelForm(forms.Form):
+    reason = forms.CharField(max_length=2000, required=False)
+
+
+class QuotaForm(forms.Form):
+    team = forms.ModelChoiceField(queryset=Team.objects.all(), to_field_name="slug")
+    gpu_model = forms.ModelChoiceField(
+        queryset=GpuModel.objects.all(),
+        to_field_name="name",
+        required=False,
+        empty_label="any model",
+    )
+    guaranteed = forms.IntegerField(min_value=0, max_value=1_000_000)
+    limit = forms.IntegerField(min_value=0, max_value=1_000_000)
+
+    def clean(self):
+        data = super().clean()
+        guaranteed, limit = data.get("guaranteed"), data.get("limit")
+        if guaranteed is not None and limit is not None and limit < guaranteed:
+            self.add_error("limit", "The limit must be at least the guaranteed number.")
+        return data

@@ -1,0 +1,235 @@
+from collections import defaultdict
+from datetime import timedelta
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.paginator import Paginator
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
+from django.views.decorators.http import require_POST
+
+from apps.audit.selectors import audit_event_list
+from apps.fleet.models import GpuModel
+from apps.reservations import selectors, services
+from apps.reservations.availability import round_up_to_slot
+from apps.reservations.choices import OPEN_STATUSES, ReservationStatus
+from apps.reservations.forms import CancelForm, ExtendForm, QuotaForm, ReservationForm
+from apps.reservations.policy import BookingPolicy
+from apps.teams.models import Team
+from apps.teams.permissions import is_finance, is_platform_admin
+from apps.teams.services import quota_set
+from portal.exceptions import ApplicationError
+
+WHEN = {
+    "upcoming": ("Upcoming", [ReservationStatus.SCHEDULED]),
+    "active": ("Active", [ReservationStatus.ACTIVE]),
+    "past": (
+        "Past",
+        [ReservationStatus.COMPLETED, ReservationStatus.CANCELLED, ReservationStatus.RELEASED],
+    ),
+}
+
+
+def _add_service_error(form, error: Exception) -> None:
+    """Show a service refusal on the form: field errors by field, the rest on top."""
+    if isinstance(error, ValidationError) and hasattr(error, "error_dict"):
+        for field, errors in error.message_dict.items():
+            form.add_error(field if field in form.fields else None, errors)
+    elif isinstance(error, ValidationError):
+        form.add_error(None, error.messages)
+    else:
+        form.add_error(None, error.message)
+
+
+@login_required
+def reservation_list_view(request):
+    when = request.GET.get("when", "upcoming")
+    if when not in WHEN:
+        when = "upcoming"
+    reservations = (
+        selectors.reservation_list(user=request.user)
+        .filter(status__in=WHEN[when][1])
+        .order_by("start" if when != "past" else "-start", "id")
+    )
+    page = Paginator(reservations, 25).get_page(request.GET.get("page"))
+    return render(
+        request,
+        "reservations/reservation_list.html",
+        {"page": page, "when": when, "tabs": {k: v[0] for k, v in WHEN.items()}},
+    )
+
+
+def _timeline_rows(gpu_model, *, days: int = 7, bucket_hours: int = 3):
+    start = timezone.now().replace(minute=0, second=0, microsecond=0)
+    start -= timedelta(hours=start.hour % bucket_hours)
+    points = selectors.free_capacity(
+        gpu_model=gpu_model,
+        start=start,
+        end=start + timedelta(days=days),
+        bucket=timedelta(hours=bucket_hours),
+    )
+    rows = defaultdict(list)
+    for moment, free in points:
+        rows[moment.date()].append((moment, free))
+    return list(rows.items())
+
+
+@login_required
+def reservation_create_view(request):
+    policy = BookingPolicy.from_settings()
+    form = ReservationForm(request.POST or None, user=request.user)
+    suggestions, model, conflict = [], None, None
+    if request.method == "POST" and form.is_valid():
+        data = form.cleaned_data
+        try:
+            reservation = services.reservation_create(
+                team=data["team"],
+                user=request.user,
+                gpu_model=data["gpu_model"],
+                count=data["count"],
+                start=data["start"],
+                end=data["end"],
+                purpose=data["purpose"],
+                same_node=data["same_node"],
+            )
+        except (ApplicationError, ValidationError) as error:
+            _add_service_error(form, error)
+            conflict = getattr(error, "detail", None)
+        else:
+            messages.success(request, f"Booked: reservation #{reservation.pk}.")
+            return redirect("reservations:reservation-list")
+    search = request.POST if request.method == "POST" else request.GET
+    model = (
+        GpuModel.objects.filter(name=search.get("gpu_model")).first() or GpuModel.objects.first()
+    )
+    try:
+        count = max(1, min(int(search.get("count", 1)), 10_000))
+        hours = max(0.25, min(float(search.get("duration_hours", 4)), 24 * 7))
+    except ValueError:
+        count, hours = 1, 4.0
+    if model is not None:
+        duration = round_up_to_slot(timedelta(hours=hours), policy.slot)
+        suggestions = selectors.slots_from_now(
+            gpu_model=model,
+            count=count,
+            duration=duration,
+            same_node=bool(search.get("same_node")),
+            limit=5,
+        )
+    return render(
+        request,
+        "reservations/reservation_form.html",
+        {
+            "form": form,
+            "gpu_model": model,
+            "suggestions": suggestions,
+            "timeline": _timeline_rows(model) if model else [],
+            "conflict": conflict,
+            "policy": policy,
+            "slot_minutes": int(policy.slot.total_seconds() // 60),
+        },
+    )
+
+
+@login_required
+@require_POST
+def reservation_cancel_view(request, pk: int):
+    reservation = get_object_or_404(selectors.reservation_list(user=request.user), pk=pk)
+    form = CancelForm(request.POST)
+    reason = form.cleaned_data["reason"] if form.is_valid() else ""
+    try:
+        services.reservation_cancel(reservation=reservation, actor=request.user, reason=reason)
+    except (ApplicationError, ValidationError) as error:
+        messages.error(request, getattr(error, "message", None) or " ".join(error.messages))
+    else:
+        messages.success(request, f"Reservation #{pk} cancelled; its GPUs are free again.")
+    return redirect(request.POST.get("next") or "reservations:reservation-list")
+
+
+@login_required
+@require_POST
+def reservation_extend_view(request, pk: int):
+    reservation = get_object_or_404(selectors.reservation_list(user=request.user), pk=pk)
+    form = ExtendForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, "Give the extra hours as a number from 0.25 to 168.")
+        return redirect("reservations:reservation-list")
+    new_end = reservation.end + timedelta(hours=float(form.cleaned_data["extra_hours"]))
+    try:
+        services.reservation_extend(reservation=reservation, actor=request.user, new_end=new_end)
+    except (ApplicationError, ValidationError) as error:
+        messages.error(request, getattr(error, "message", None) or " ".join(error.messages))
+    else:
+        messages.success(request, f"Reservation #{pk} now ends {new_end:%Y-%m-%d %H:%M} UTC.")
+    return redirect("reservations:reservation-list")
+
+
+@login_required
+def team_calendar_view(request, slug: str):
+    team = get_object_or_404(Team.objects.for_user(request.user), slug=slug)
+    now = timezone.now()
+    start = now.replace(hour=0, minute=0, second=0, microsecond=0)
+    reservations = (
+        selectors.reservation_list(user=request.user)
+        .filter(
+            team=team, status__in=OPEN_STATUSES, end__gt=now, start__lt=start + timedelta(days=14)
+        )
+        .order_by("start", "id")
+    )
+    days = []
+    for offset in range(14):
+        day_start = start + timedelta(days=offset)
+        day_end = day_start + timedelta(days=1)
+        days.append(
+            (day_start.date(), [r for r in reservations if r.start < day_end and r.end > day_start])
+        )
+    return render(request, "reservations/team_calendar.html", {"team": team, "days": days})
+
+
+@login_required
+def quota_admin_view(request):
+    """Platform admins edit quotas inline; finance reads. Over-committed guarantees warn."""
+    can_edit = is_platform_admin(request.user)
+    if not (can_edit or is_finance(request.user)):
+        raise PermissionDenied("Only platform admins and finance can see all quotas.")
+    form = QuotaForm(request.POST or None)
+    if request.method == "POST":
+        if not can_edit:
+            raise PermissionDenied("Only platform admins may change quotas.")
+        if form.is_valid():
+            data = form.cleaned_data
+            try:
+                quota_set(
+                    team=data["team"],
+                    gpu_model=data["gpu_model"],
+                    guaranteed=data["guaranteed"],
+                    limit=data["limit"],
+                    actor=request.user,
+                )
+            except (ApplicationError, ValidationError) as error:
+                _add_service_error(form, error)
+            else:
+                messages.success(request, f"Quota of {data['team'].slug} saved.")
+                return redirect("quotas")
+    pressure = selectors.guarantee_pressure()
+    for row in pressure:
+        if row["overcommitted"]:
+            messages.warning(
+                request,
+                f"Guarantees for {row['gpu_model'].name} add up to {row['guaranteed']} GPUs, "
+                f"more than the {row['capacity']} healthy ones: not every guarantee can be met.",
+            )
+    return render(
+        request,
+        "reservations/quota_admin.html",
+        {
+            "rows": selectors.quota_usage_table(),
+            "form": form,
+            "can_edit": can_edit,
+            "pressure": pressure,
+            "teams": Team.objects.order_by("slug"),
+            "gpu_models": GpuModel.objects.order_by("name"),
+            "history": audit_event_list(object_type="teams.quota")[:20],
+        },
+    )
