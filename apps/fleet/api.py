@@ -20,7 +20,9 @@ class NodeSerializer(serializers.ModelSerializer):
 class GpuSerializer(serializers.ModelSerializer):
     node = serializers.CharField(source="node.hostname", read_only=True)
     model = serializers.CharField(source="model.name", read_only=True)
-    mig_parent = serializers.CharField(source="mig_parent.uuid", read_only=True, default=None)
+    mig_parent = serializers.CharField(
+        source="mig_parent.uuid", read_only=True, default=None, allow_null=True
+    )
 
     class Meta:
         model = Gpu

@@ -178,6 +178,28 @@ class SlotSerializer(serializers.Serializer):
     gpus = serializers.ListField(child=serializers.DictField())
 
 
+class AvailabilityResponseSerializer(serializers.Serializer):
+    """What GET /availability/ answers (for the schema)."""
+
+    gpu_model = serializers.CharField()
+    count = serializers.IntegerField()
+    duration = serializers.CharField()
+    slots = SlotSerializer(many=True)
+
+
+class TimelinePointSerializer(serializers.Serializer):
+    start = serializers.DateTimeField()
+    free = serializers.IntegerField()
+
+
+class TimelineResponseSerializer(serializers.Serializer):
+    """What GET /availability/timeline/ answers (for the schema)."""
+
+    gpu_model = serializers.CharField()
+    bucket = serializers.CharField()
+    points = TimelinePointSerializer(many=True)
+
+
 class TimelineQuerySerializer(serializers.Serializer):
     gpu_model = GpuModelField()
     start = AwareDateTimeField(required=False)
@@ -210,7 +232,9 @@ class AvailabilityView(APIView):
     """Earliest slots where `count` GPUs of a model are free for `duration` (on one node first,
     then one NVLink domain). Durations round up to the booking grid."""
 
-    @extend_schema(parameters=[AvailabilityQuerySerializer], responses=SlotSerializer(many=True))
+    @extend_schema(
+        parameters=[AvailabilityQuerySerializer], responses=AvailabilityResponseSerializer
+    )
     def get(self, request):
         query = AvailabilityQuerySerializer(data=request.query_params)
         query.is_valid(raise_exception=True)
@@ -232,7 +256,7 @@ class AvailabilityView(APIView):
 class AvailabilityTimelineView(APIView):
     """Free GPUs of a model per time bucket (free for the whole bucket), for calendar views."""
 
-    @extend_schema(parameters=[TimelineQuerySerializer])
+    @extend_schema(parameters=[TimelineQuerySerializer], responses=TimelineResponseSerializer)
     def get(self, request):
         query = TimelineQuerySerializer(data=request.query_params)
         query.is_valid(raise_exception=True)

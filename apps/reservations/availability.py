@@ -4,7 +4,9 @@ The selectors load GPUs and their active holdings and call these; the same code 
 API's availability search and picks the GPUs of a new booking, and property tests check it
 against a brute-force oracle.
 
-Times are aware datetimes; slot starts lie on a grid of `slot` anchored at the Unix epoch.
+Times are whole seconds since the Unix epoch (ints): the search runs over tens of thousands of
+holdings, and ints are several times cheaper to load and compare than ints. Slot starts
+lie on a grid of `slot` seconds anchored at the epoch. `to_epoch`/`from_epoch` convert.
 """
 
 from collections import defaultdict
@@ -12,8 +14,25 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-Interval = tuple[datetime, datetime]
+Interval = tuple[int, int]
+
+
+def to_epoch(moment: datetime) -> int:
+    """Whole seconds since the epoch, rounded down."""
+    return int(moment.timestamp() // 1)
+
+
+def to_epoch_ceil(moment: datetime) -> int:
+    """Whole seconds since the epoch, rounded up (for the end of a busy interval)."""
+    return -int(-moment.timestamp() // 1)
+
+
+def from_epoch(seconds: int) -> datetime:
+    return datetime.fromtimestamp(seconds, tz=UTC)
+
+
+def seconds(duration: timedelta) -> int:
+    return int(duration.total_seconds())
 
 
 @dataclass(frozen=True, order=True)
@@ -29,18 +48,17 @@ class GpuInfo:
 class Slot:
     """`gpus` are free for [start, start + duration); any grid start up to `latest_start` is too."""
 
-    start: datetime
-    latest_start: datetime
+    start: int
+    latest_start: int
     gpus: tuple[GpuInfo, ...]
 
 
-def ceil_to_grid(moment: datetime, slot: timedelta) -> datetime:
-    steps = -((EPOCH - moment) // slot)
-    return EPOCH + steps * slot
+def ceil_to_grid(moment: int, slot: int) -> int:
+    return -(-moment // slot) * slot
 
 
-def floor_to_grid(moment: datetime, slot: timedelta) -> datetime:
-    return EPOCH + ((moment - EPOCH) // slot) * slot
+def floor_to_grid(moment: int, slot: int) -> int:
+    return (moment // slot) * slot
 
 
 def round_up_to_slot(duration: timedelta, slot: timedelta) -> timedelta:
@@ -48,15 +66,15 @@ def round_up_to_slot(duration: timedelta, slot: timedelta) -> timedelta:
 
 
 def is_on_grid(moment: datetime, slot: timedelta) -> bool:
-    return (moment - EPOCH) % slot == timedelta(0)
+    return moment.timestamp() % slot.total_seconds() == 0
 
 
-def overlaps(intervals: Sequence[Interval], start: datetime, end: datetime) -> bool:
+def overlaps(intervals: Sequence[Interval], start: int, end: int) -> bool:
     return any(s < end and start < e for s, e in intervals)
 
 
 def free_gpus(
-    gpus: Iterable[GpuInfo], busy: Mapping[int, Sequence[Interval]], start: datetime, end: datetime
+    gpus: Iterable[GpuInfo], busy: Mapping[int, Sequence[Interval]], start: int, end: int
 ) -> list[GpuInfo]:
     return [g for g in gpus if not overlaps(busy.get(g.id, ()), start, end)]
 
@@ -105,11 +123,11 @@ def pick_gpus(free: Sequence[GpuInfo], count: int, *, same_node: bool) -> list[G
 def _feasible_starts(
     intervals: Sequence[Interval],
     *,
-    duration: timedelta,
-    after: datetime,
-    horizon: datetime,
-    slot: timedelta,
-) -> list[tuple[datetime, datetime]]:
+    duration: int,
+    after: int,
+    horizon: int,
+    slot: int,
+) -> list[tuple[int, int]]:
     """Grid ranges [lo, hi] of starts t with [t, t + duration) clear of `intervals`."""
     ranges = []
     cursor = after
@@ -130,14 +148,14 @@ def _feasible_starts(
 
 
 def _windows_with_coverage(
-    ranges: Iterable[tuple[datetime, datetime]], count: int, slot: timedelta
-) -> list[tuple[datetime, datetime]]:
+    ranges: Iterable[tuple[int, int]], count: int, slot: int
+) -> list[tuple[int, int]]:
     """Sweep: maximal grid windows where at least `count` of the ranges cover each start."""
-    deltas: dict[datetime, int] = defaultdict(int)
+    deltas: dict[int, int] = defaultdict(int)
     for lo, hi in ranges:
         deltas[lo] += 1
         deltas[hi + slot] -= 1
-    windows: list[tuple[datetime, datetime]] = []
+    windows: list[tuple[int, int]] = []
     coverage, open_at = 0, None
     for moment in sorted(deltas):
         coverage += deltas[moment]
@@ -149,10 +167,8 @@ def _windows_with_coverage(
     return windows
 
 
-def _merge(
-    windows: Iterable[tuple[datetime, datetime]], slot: timedelta
-) -> list[tuple[datetime, datetime]]:
-    merged: list[tuple[datetime, datetime]] = []
+def _merge(windows: Iterable[tuple[int, int]], slot: int) -> list[tuple[int, int]]:
+    merged: list[tuple[int, int]] = []
     for lo, hi in sorted(windows):
         if merged and lo <= merged[-1][1] + slot:
             merged[-1] = (merged[-1][0], max(merged[-1][1], hi))
@@ -166,10 +182,10 @@ def find_slots(
     busy: Mapping[int, Sequence[Interval]],
     *,
     count: int,
-    duration: timedelta,
-    after: datetime,
-    horizon: datetime,
-    slot: timedelta,
+    duration: int,
+    after: int,
+    horizon: int,
+    slot: int,
     same_node: bool = False,
     limit: int = 5,
 ) -> list[Slot]:
@@ -179,7 +195,7 @@ def find_slots(
     horizon = floor_to_grid(horizon, slot)
     if count <= 0 or after > horizon:
         return []
-    groups: dict[str, list[tuple[datetime, datetime]]] = defaultdict(list)
+    groups: dict[str, list[tuple[int, int]]] = defaultdict(list)
     for gpu in gpus:
         ranges = _feasible_starts(
             busy.get(gpu.id, ()), duration=duration, after=after, horizon=horizon, slot=slot
@@ -204,10 +220,10 @@ def free_capacity_timeline(
     gpus: Sequence[GpuInfo],
     busy: Mapping[int, Sequence[Interval]],
     *,
-    start: datetime,
-    end: datetime,
-    bucket: timedelta,
-) -> list[tuple[datetime, int]]:
+    start: int,
+    end: int,
+    bucket: int,
+) -> list[tuple[int, int]]:
     """For each bucket of [start, end): how many GPUs are free for the whole bucket."""
     buckets = []
     moment = start

@@ -1,9 +1,11 @@
 """Reads for reservations: what is free, what a team holds, what a user may see."""
 
 from collections import defaultdict
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db.models import Q, QuerySet
+from django.db import connection
+from django.db.models import BigIntegerField, Func, Q, QuerySet
 from django.utils import timezone
 
 from apps.fleet.models import Gpu, GpuModel
@@ -34,19 +36,75 @@ def schedulable_gpus(*, gpu_model: GpuModel) -> list[GpuInfo]:
     ]
 
 
+class EpochSeconds(Func):
+    """A timestamp as whole seconds since the epoch, computed by the database: loading ints is
+    several times faster than loading datetimes. Rounds down (start) or up (end)."""
+
+    output_field = BigIntegerField()
+
+    def __init__(self, expression, *, round_up: bool = False):
+        self.round_up = round_up
+        super().__init__(expression)
+
+    def as_postgresql(self, compiler, connection, **extra):
+        sql, params = compiler.compile(self.source_expressions[0])
+        fn = "CEIL" if self.round_up else "FLOOR"
+        return f"{fn}(EXTRACT(EPOCH FROM {sql}))::bigint", params
+
+    def as_sqlite(self, compiler, connection, **extra):
+        sql, params = compiler.compile(self.source_expressions[0])
+        whole = f"CAST(strftime('%%s', {sql}) AS INTEGER)"
+        if self.round_up:
+            fraction = (
+                f"(CAST(strftime('%%f', {sql}) AS REAL) > CAST(strftime('%%S', {sql}) AS INTEGER))"
+            )
+            return f"({whole} + {fraction})", params * 3
+        return whole, params
+
+
 def busy_intervals(
-    *, gpu_ids, start: datetime, end: datetime, exclude_reservation_id: int | None = None
+    *,
+    start: datetime,
+    end: datetime,
+    gpu_ids=None,
+    gpu_model: GpuModel | None = None,
+    exclude_reservation_id: int | None = None,
+    starting_from: datetime | None = None,
 ) -> dict[int, list[Interval]]:
-    """Active holdings of these GPUs that overlap [start, end), per GPU."""
-    rows = ReservationGpu.objects.filter(
-        active=True, gpu_id__in=gpu_ids, start__lt=end, end__gt=start
-    )
+    """Active holdings overlapping [start, end), per GPU, as epoch-second intervals, for the
+    given GPUs or all GPUs of a model; only those starting at or after `starting_from` if
+    given (to extend an earlier load without reading rows twice)."""
+    rows = ReservationGpu.objects.filter(active=True, start__lt=end, end__gt=start)
+    if starting_from is not None:
+        rows = rows.filter(start__gte=starting_from)
+    if gpu_ids is not None:
+        rows = rows.filter(gpu_id__in=gpu_ids)
+    if gpu_model is not None:
+        rows = rows.filter(gpu__model=gpu_model)
     if exclude_reservation_id is not None:
         rows = rows.exclude(reservation_id=exclude_reservation_id)
+    rows = rows.annotate(
+        start_s=EpochSeconds("start"), end_s=EpochSeconds("end", round_up=True)
+    ).values_list("gpu_id", "start_s", "end_s")
+    # The ORM writes the query; the cursor reads it: plain ints need none of the ORM's per-row
+    # converters, which would double the time of this hot path (see bench/reservations.py).
+    sql, params = rows.query.sql_with_params()
     busy: dict[int, list[Interval]] = defaultdict(list)
-    for gpu_id, s, e in rows.values_list("gpu_id", "start", "end"):
-        busy[gpu_id].append((s, e))
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        for gpu_id, s, e in cursor.fetchall():
+            busy[gpu_id].append((s, e))
     return busy
+
+
+@dataclass(frozen=True)
+class BookableSlot:
+    start: datetime
+    latest_start: datetime
+    gpus: tuple[GpuInfo, ...]
+
+
+INITIAL_LOOKAHEAD = timedelta(days=2)
 
 
 def availability_search(
@@ -59,20 +117,52 @@ def availability_search(
     slot: timedelta,
     same_node: bool = False,
     limit: int = 5,
-) -> list[availability.Slot]:
+) -> list[BookableSlot]:
+    """The earliest windows (up to `limit`) where `count` GPUs are free for `duration`.
+
+    Looks ahead progressively (2 days, then doubling up to `horizon`) so the common case loads
+    a fraction of the bookings. It stops once it has `limit` windows, or at least one window
+    that runs to the end of the look-ahead: later windows cannot start before that one ends.
+    Such a last window's `latest_start` is then "at least until", which is all callers need.
+    """
     gpus = schedulable_gpus(gpu_model=gpu_model)
-    busy = busy_intervals(gpu_ids=[g.id for g in gpus], start=after, end=horizon + duration)
-    return availability.find_slots(
-        gpus,
-        busy,
-        count=count,
-        duration=duration,
-        after=after,
-        horizon=horizon,
-        slot=slot,
-        same_node=same_node,
-        limit=limit,
-    )
+    step, first = availability.seconds(slot), availability.to_epoch_ceil(after)
+    last = availability.floor_to_grid(availability.to_epoch(horizon), step)
+    lookahead = max(INITIAL_LOOKAHEAD, 4 * duration)
+    busy: dict[int, list[Interval]] = defaultdict(list)
+    loaded_until = None
+    while True:
+        until = min(last, availability.floor_to_grid(first + availability.seconds(lookahead), step))
+        load_end = availability.from_epoch(until) + duration
+        more = busy_intervals(
+            gpu_model=gpu_model, start=after, end=load_end, starting_from=loaded_until
+        )
+        for gpu_id, spans in more.items():
+            busy[gpu_id].extend(spans)
+        loaded_until = load_end
+        slots = availability.find_slots(
+            gpus,
+            busy,
+            count=count,
+            duration=availability.seconds(duration),
+            after=first,
+            horizon=until,
+            slot=step,
+            same_node=same_node,
+            limit=limit,
+        )
+        runs_to_end = bool(slots) and slots[-1].latest_start >= until
+        if until >= last or len(slots) >= limit or runs_to_end:
+            break
+        lookahead *= 2
+    return [
+        BookableSlot(
+            start=availability.from_epoch(s.start),
+            latest_start=availability.from_epoch(s.latest_start),
+            gpus=s.gpus,
+        )
+        for s in slots
+    ]
 
 
 def slots_from_now(
@@ -83,7 +173,7 @@ def slots_from_now(
     after: datetime | None = None,
     same_node: bool = False,
     limit: int = 5,
-) -> list[availability.Slot]:
+) -> list[BookableSlot]:
     """Bookable slots under the booking policy: from now (or later) to the advance limit."""
     policy = BookingPolicy.from_settings()
     now = timezone.now()
@@ -103,8 +193,15 @@ def free_capacity(
     *, gpu_model: GpuModel, start: datetime, end: datetime, bucket: timedelta
 ) -> list[tuple[datetime, int]]:
     gpus = schedulable_gpus(gpu_model=gpu_model)
-    busy = busy_intervals(gpu_ids=[g.id for g in gpus], start=start, end=end)
-    return availability.free_capacity_timeline(gpus, busy, start=start, end=end, bucket=bucket)
+    busy = busy_intervals(gpu_model=gpu_model, start=start, end=end)
+    points = availability.free_capacity_timeline(
+        gpus,
+        busy,
+        start=availability.to_epoch(start),
+        end=availability.to_epoch(end),
+        bucket=availability.seconds(bucket),
+    )
+    return [(availability.from_epoch(t), free) for t, free in points]
 
 
 def peak_concurrent(intervals: list[tuple[datetime, datetime, int]]) -> int:

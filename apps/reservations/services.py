@@ -45,7 +45,11 @@ def validate_window(
     if start.tzinfo is None or end.tzinfo is None:
         errors["start"] = "Give times with a time zone (e.g. 2026-12-03T09:00:00Z)."
     else:
-        if start < availability.floor_to_grid(now, policy.slot):
+        if start < availability.from_epoch(
+            availability.floor_to_grid(
+                availability.to_epoch(now), availability.seconds(policy.slot)
+            )
+        ):
             errors["start"] = "The start is in the past."
         elif start > now + policy.max_advance:
             errors["start"] = f"Book at most {policy.max_advance.days} days ahead."
@@ -211,8 +215,10 @@ def reservation_create(
         budget_check(team=team, gpu_model=gpu_model, count=count, start=start, end=end)
         for _attempt in range(BOOKING_ATTEMPTS):
             gpus = selectors.schedulable_gpus(gpu_model=gpu_model)
-            busy = selectors.busy_intervals(gpu_ids=[g.id for g in gpus], start=start, end=end)
-            free = availability.free_gpus(gpus, busy, start, end)
+            busy = selectors.busy_intervals(gpu_model=gpu_model, start=start, end=end)
+            free = availability.free_gpus(
+                gpus, busy, availability.to_epoch(start), availability.to_epoch(end)
+            )
             picked = availability.pick_gpus(free, count, same_node=same_node)
             if picked is None:
                 raise _conflict(
@@ -387,7 +393,7 @@ def reservation_extend(*, reservation: Reservation, actor, new_end: datetime) ->
         exclude_reservation_id=reservation.pk,
     )
     if taken:
-        first = min(s for intervals in taken.values() for s, _ in intervals)
+        first = availability.from_epoch(min(s for spans in taken.values() for s, _ in spans))
         raise ConflictError(
             f"Cannot extend: {len(taken)} of its GPUs are booked from {first:%Y-%m-%d %H:%M} UTC.",
             detail={"taken_from": first.isoformat(), "gpus_taken": len(taken)},
@@ -454,8 +460,10 @@ def reservations_relocate_off_gpus(*, gpu_ids: list[int], actor) -> dict:
     affected = selectors.open_reservations_on_gpus(gpu_ids=gpu_ids, now=now)
     for holding in affected.order_by("start", "id"):
         reservation = holding.reservation
-        window_start = max(holding.start, now)
-        window_start = availability.ceil_to_grid(window_start, timedelta(minutes=1))
+        # whole minutes, so the cut-off holding and its replacement meet exactly
+        window_start = availability.from_epoch(
+            availability.ceil_to_grid(availability.to_epoch_ceil(max(holding.start, now)), 60)
+        )
         candidates = [
             g
             for g in selectors.schedulable_gpus(gpu_model=reservation.gpu_model)
@@ -464,7 +472,12 @@ def reservations_relocate_off_gpus(*, gpu_ids: list[int], actor) -> dict:
         busy = selectors.busy_intervals(
             gpu_ids=[g.id for g in candidates], start=window_start, end=holding.end
         )
-        free = availability.free_gpus(candidates, busy, window_start, holding.end)
+        free = availability.free_gpus(
+            candidates,
+            busy,
+            availability.to_epoch(window_start),
+            availability.to_epoch_ceil(holding.end),
+        )
         entry = {
             "reservation": reservation.pk,
             "team": reservation.team.slug,

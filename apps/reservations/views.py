@@ -78,7 +78,14 @@ def _timeline_rows(gpu_model, *, days: int = 7, bucket_hours: int = 3):
 @login_required
 def reservation_create_view(request):
     policy = BookingPolicy.from_settings()
-    form = ReservationForm(request.POST or None, user=request.user)
+    # "Find free slots" is a GET of the same form: keep what was typed, so that "Book"
+    # books the model and count the suggestions were found for.
+    initial = {
+        name: value
+        for name, value in request.GET.items()
+        if name in ReservationForm.base_fields and name != "tz_offset"
+    }
+    form = ReservationForm(request.POST or None, user=request.user, initial=initial)
     suggestions, model, conflict = [], None, None
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data

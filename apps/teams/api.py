@@ -52,7 +52,7 @@ class TeamViewSet(viewsets.ReadOnlyModelViewSet):
         team = self.get_object()
         return Response(MembershipSerializer(selectors.team_members(team=team), many=True).data)
 
-    @extend_schema(request=MembershipInputSerializer, responses=MembershipSerializer)
+    @extend_schema(request=MembershipInputSerializer, responses={201: MembershipSerializer})
     @members.mapping.post
     def add_member(self, request, slug=None):
         team = self.get_object()

@@ -1,6 +1,6 @@
 """The availability search against a brute-force oracle that tries every grid start."""
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -13,8 +13,10 @@ from apps.reservations.availability import (
     pick_gpus,
 )
 
-SLOT = timedelta(minutes=15)
-BASE = datetime(2026, 12, 7, 8, 0, tzinfo=UTC)
+SLOT = 15 * 60
+BASE = int(datetime(2026, 12, 7, 8, 0, tzinfo=UTC).timestamp())
+MINUTE = 60
+HOUR = 3600
 HORIZON_SLOTS = 40
 
 
@@ -34,8 +36,8 @@ def fleets(draw):
         for _ in range(draw(st.integers(0, 3))):
             start_min = draw(st.integers(-60, HORIZON_SLOTS * 15))
             length_min = draw(st.integers(1, 240))
-            start = BASE + timedelta(minutes=start_min)
-            intervals.append((start, start + timedelta(minutes=length_min)))
+            start = BASE + start_min * MINUTE
+            intervals.append((start, start + length_min * MINUTE))
         busy[gpu.id] = intervals
     return gpus, busy
 
@@ -69,7 +71,7 @@ def oracle_feasible_starts(gpus, busy, *, count, duration, after, horizon, same_
 def test_find_slots_matches_brute_force_oracle(fleet, count, duration_slots, after_min, same_node):
     gpus, busy = fleet
     duration = duration_slots * SLOT
-    after = BASE + timedelta(minutes=after_min)
+    after = BASE + after_min * MINUTE
     horizon = BASE + HORIZON_SLOTS * SLOT
     slots = find_slots(
         gpus,
@@ -121,12 +123,6 @@ def test_pick_prefers_one_node_best_fit_then_nvlink_domain():
 
 def test_free_capacity_timeline_counts_gpus_free_for_whole_bucket():
     gpus = [GpuInfo("a", i, i) for i in range(3)]
-    busy = {0: [(BASE + timedelta(minutes=30), BASE + timedelta(minutes=90))]}
-    points = free_capacity_timeline(
-        gpus, busy, start=BASE, end=BASE + timedelta(hours=3), bucket=timedelta(hours=1)
-    )
-    assert points == [
-        (BASE, 2),
-        (BASE + timedelta(hours=1), 2),
-        (BASE + timedelta(hours=2), 3),
-    ]
+    busy = {0: [(BASE + 30 * MINUTE, BASE + 90 * MINUTE)]}
+    points = free_capacity_timeline(gpus, busy, start=BASE, end=BASE + 3 * HOUR, bucket=HOUR)
+    assert points == [(BASE, 2), (BASE + HOUR, 2), (BASE + 2 * HOUR, 3)]
