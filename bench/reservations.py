@@ -154,7 +154,7 @@ def bench_availability(model, now):
     for count, hours in ((1, 1), (8, 4), (64, 8), (200, 12)):
         duration = timedelta(hours=hours)
 
-        def portal():
+        def portal(count=count, duration=duration):
             slots = selectors.availability_search(
                 gpu_model=model,
                 count=count,
@@ -166,7 +166,7 @@ def bench_availability(model, now):
             )
             return slots[0].start if slots else None
 
-        def raw():
+        def raw(count=count, duration=duration):
             with connection.cursor() as cursor:
                 cursor.execute(
                     RAW_EARLIEST_SLOT,
@@ -202,14 +202,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_clients(url, make_body, headers, total, clients):
+def run_clients(url, make_body, headers_per_client, total):
     import requests
 
     latencies, statuses = [], {}
     lock = threading.Lock()
     counter = iter(range(total))
 
-    def worker():
+    def worker(headers):
         session = requests.Session()
         session.headers.update(headers)
         while True:
@@ -218,13 +218,16 @@ def run_clients(url, make_body, headers, total, clients):
             if i is None:
                 return
             t0 = time.perf_counter()
-            response = session.post(url, json=make_body(i), timeout=30)
+            body = make_body(i)
+            if "team" in body:
+                body["team"] = headers["X-Team"]
+            response = session.post(url, json=body, timeout=30)
             elapsed = time.perf_counter() - t0
             with lock:
                 latencies.append(elapsed)
                 statuses[response.status_code] = statuses.get(response.status_code, 0) + 1
 
-    threads = [threading.Thread(target=worker) for _ in range(clients)]
+    threads = [threading.Thread(target=worker, args=(h,)) for h in headers_per_client]
     t0 = time.perf_counter()
     for t in threads:
         t.start()
@@ -240,10 +243,19 @@ def run_clients(url, make_body, headers, total, clients):
     }
 
 
-def bench_http(user, now, total=1200):
+def bench_http(model, now, total=1200):
     from rest_framework.authtoken.models import Token
 
-    token = Token.objects.create(user=user).key
+    from apps.teams.models import Membership, Quota, Team, User
+
+    # One team and user per client, as many teams booking at once would.
+    tokens = []
+    for i in range(HTTP_CLIENTS):
+        team = Team.objects.create(slug=f"client-{i}", name=f"Client {i}")
+        user = User.objects.create(username=f"client-{i}")
+        Membership.objects.create(team=team, user=user)
+        Quota.objects.create(team=team, gpu_model=model, guaranteed=0, limit=GPUS)
+        tokens.append(Token.objects.create(user=user).key)
     with connection.cursor() as cursor:
         cursor.execute(
             "CREATE TABLE IF NOT EXISTS bench_bare_insert (id bigserial PRIMARY KEY, payload text)"
@@ -275,9 +287,9 @@ def bench_http(user, now, total=1200):
 
         for _ in range(100):
             try:
-                requests.get(f"http://127.0.0.1:{port}/healthz", timeout=1)
+                requests.get(f"http://127.0.0.1:{port}/healthz", timeout=5)
                 break
-            except requests.ConnectionError:
+            except requests.RequestException:
                 time.sleep(0.2)
         slot = timedelta(minutes=15)
         base = (now + timedelta(days=31)).replace(minute=0, second=0, microsecond=0)
@@ -287,34 +299,33 @@ def bench_http(user, now, total=1200):
         def booking(i):
             start = base - timedelta(days=2) + (i // 900) * slot
             return {
-                "team": "bench",
+                "team": None,  # filled in with the client's own team
                 "gpu_model": "H100-SXM-80GB",
                 "count": 1,
                 "start": start.isoformat(),
                 "duration": "00:15:00",
             }
 
-        headers = {"Authorization": f"Token {token}"}
+        headers = [
+            {"Authorization": f"Token {key}", "X-Team": f"client-{i}"}
+            for i, key in enumerate(tokens)
+        ]
         print(
-            f"\n(b) booking throughput, {HTTP_CLIENTS} concurrent clients, {total} requests, gunicorn 4x4"
+            f"\n(b) booking throughput, {HTTP_CLIENTS} concurrent clients, {total} requests, "
+            "gunicorn 3 workers x 4 threads"
         )
-        ours = run_clients(
-            f"http://127.0.0.1:{port}/api/v1/reservations/", booking, headers, total, HTTP_CLIENTS
-        )
-        bare = run_clients(
-            f"http://127.0.0.1:{port}/bench/bare-insert/",
-            lambda i: {"i": i},
-            {},
-            total,
-            HTTP_CLIENTS,
-        )
+        server_url = f"http://127.0.0.1:{port}"
+        ours = run_clients(f"{server_url}/api/v1/reservations/", booking, headers, total)
+        bare = run_clients(f"{server_url}/bench/bare-insert/", lambda i: {"i": i}, headers, total)
         print(f"{'endpoint':28} {'req/s':>8} {'p50 ms':>8} {'p95 ms':>8}  statuses")
-        print(
-            f"{'POST /api/v1/reservations/':28} {ours['rate']:8.1f} {ours['p50']:8.1f} {ours['p95']:8.1f}  {ours['statuses']}"
-        )
-        print(
-            f"{'bare view, one INSERT':28} {bare['rate']:8.1f} {bare['p50']:8.1f} {bare['p95']:8.1f}  {bare['statuses']}"
-        )
+        for label, result in (
+            ("POST /api/v1/reservations/", ours),
+            ("bare view, one INSERT", bare),
+        ):
+            print(
+                f"{label:28} {result['rate']:8.1f} {result['p50']:8.1f} {result['p95']:8.1f}  "
+                f"{result['statuses']}"
+            )
         print(f"ratio (portal / bare) throughput: {ours['rate'] / bare['rate']:.2f}")
     finally:
         server.terminate()
@@ -328,11 +339,11 @@ def main():
     recreate_database()
     now = timezone.now()
     t0 = time.perf_counter()
-    model, _team, user = build_fleet_and_bookings(now)
+    model, _team, _user = build_fleet_and_bookings(now)
     print(f"built {GPUS} GPUs and {BOOKINGS} bookings in {time.perf_counter() - t0:.1f} s")
     bench_availability(model, now)
     if not args.skip_http:
-        bench_http(user, now)
+        bench_http(model, now)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 from datetime import timedelta
 
+from django.db.models import Prefetch
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, serializers, status, viewsets
@@ -11,6 +12,7 @@ from apps.fleet.models import GpuModel
 from apps.reservations import selectors, services
 from apps.reservations.availability import round_up_to_slot
 from apps.reservations.filters import ReservationFilter
+from apps.reservations.models import ReservationGpu
 from apps.reservations.policy import BookingPolicy
 from apps.teams.models import Team
 
@@ -73,8 +75,9 @@ class ReservationSerializer(serializers.Serializer):
     created_at = serializers.DateTimeField()
 
     def get_gpus(self, reservation) -> list[dict]:
-        holdings = [h for h in reservation.holdings.all() if h.active]
-        return HoldingSerializer(holdings, many=True).data
+        return HoldingSerializer(
+            [h for h in reservation.holdings.all() if h.active], many=True
+        ).data
 
 
 class ReservationInputSerializer(serializers.Serializer):
@@ -123,7 +126,12 @@ class ReservationViewSet(
     def get_queryset(self):
         return (
             selectors.reservation_list(user=self.request.user)
-            .prefetch_related("holdings__gpu__node")
+            .prefetch_related(
+                Prefetch(
+                    "holdings",
+                    queryset=ReservationGpu.objects.filter(active=True).select_related("gpu__node"),
+                )
+            )
             .order_by("-start", "-id")
         )
 

@@ -1,16 +1,38 @@
+from datetime import UTC
+
 import django_filters
+from django.core.exceptions import ValidationError
+from django_filters.fields import IsoDateTimeField
 
 from apps.reservations.choices import ReservationStatus
 from apps.reservations.models import Reservation
+
+
+class UtcIsoDateTimeField(IsoDateTimeField):
+    """An ISO 8601 time, converted to UTC. Python accepts offsets up to 24 h, PostgreSQL only
+    up to 15:59, so an offset like -19:25 passed through as-is failed in the database (500)."""
+
+    def to_python(self, value):
+        value = super().to_python(value)
+        if value is None or value.tzinfo is None:
+            return value
+        try:
+            return value.astimezone(UTC)
+        except OverflowError as error:
+            raise ValidationError("The time is out of range.", code="overflow") from error
+
+
+class UtcIsoDateTimeFilter(django_filters.IsoDateTimeFilter):
+    field_class = UtcIsoDateTimeField
 
 
 class ReservationFilter(django_filters.FilterSet):
     team = django_filters.CharFilter(field_name="team__slug")
     gpu_model = django_filters.CharFilter(field_name="gpu_model__name")
     status = django_filters.MultipleChoiceFilter(choices=ReservationStatus.choices)
-    starts_after = django_filters.IsoDateTimeFilter(field_name="start", lookup_expr="gte")
-    starts_before = django_filters.IsoDateTimeFilter(field_name="start", lookup_expr="lt")
-    ends_after = django_filters.IsoDateTimeFilter(field_name="end", lookup_expr="gt")
+    starts_after = UtcIsoDateTimeFilter(field_name="start", lookup_expr="gte")
+    starts_before = UtcIsoDateTimeFilter(field_name="start", lookup_expr="lt")
+    ends_after = UtcIsoDateTimeFilter(field_name="end", lookup_expr="gt")
     mine = django_filters.BooleanFilter(method="filter_mine", label="Only my bookings")
     over_quota = django_filters.BooleanFilter()
 

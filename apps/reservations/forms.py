@@ -17,7 +17,9 @@ class LocalDateTimeField(forms.DateTimeField):
 def _apply_offset(value, offset_minutes: int | None):
     if value is None:
         return None
-    naive = timezone.make_naive(value, UTC) if timezone.is_aware(value) else value
+    # The field made the typed wall time aware in the server's zone (TIME_ZONE); undo that in
+    # the same zone to get the typed time back, then shift it by the browser's offset.
+    naive = timezone.make_naive(value) if timezone.is_aware(value) else value
     return (naive + timedelta(minutes=offset_minutes or 0)).replace(tzinfo=UTC)
 
 

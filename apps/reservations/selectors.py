@@ -5,7 +5,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.db import connection
-from django.db.models import BigIntegerField, Func, Q, QuerySet
+from django.db.models import BigIntegerField, Exists, Func, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from apps.fleet.models import Gpu, GpuModel
@@ -24,15 +24,32 @@ def reservation_list(*, user) -> QuerySet[Reservation]:
     )
 
 
-def schedulable_gpus(*, gpu_model: GpuModel) -> list[GpuInfo]:
-    rows = (
-        Gpu.objects.schedulable()
-        .filter(model=gpu_model, mig_parent__isnull=True)
-        .values_list("id", "node__hostname", "index", "nvlink_domain")
-    )
+def _fetch_rows(queryset) -> list[tuple]:
+    """Run a values_list queryset on the cursor directly: for plain columns the ORM's per-row
+    converters only cost time, and these reads sit on the booking path."""
+    sql, params = queryset.query.sql_with_params()
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchall()
+
+
+def schedulable_gpus(
+    *, gpu_model: GpuModel, free_from: datetime | None = None, free_until: datetime | None = None
+) -> list[GpuInfo]:
+    """Schedulable whole GPUs of a model; only those free over [free_from, free_until) if given."""
+    gpus = Gpu.objects.schedulable().filter(model=gpu_model, mig_parent__isnull=True)
+    if free_from is not None and free_until is not None:
+        gpus = gpus.exclude(
+            Exists(
+                ReservationGpu.objects.filter(
+                    gpu=OuterRef("pk"), active=True, start__lt=free_until, end__gt=free_from
+                )
+            )
+        )
+    rows = _fetch_rows(gpus.values_list("id", "node__hostname", "index", "nvlink_domain", "uuid"))
     return [
-        GpuInfo(node=host, index=index, id=pk, nvlink_domain=domain or "")
-        for pk, host, index, domain in rows
+        GpuInfo(node=host, index=index, id=pk, nvlink_domain=domain or "", uuid=uuid)
+        for pk, host, index, domain, uuid in rows
     ]
 
 
@@ -86,14 +103,9 @@ def busy_intervals(
     rows = rows.annotate(
         start_s=EpochSeconds("start"), end_s=EpochSeconds("end", round_up=True)
     ).values_list("gpu_id", "start_s", "end_s")
-    # The ORM writes the query; the cursor reads it: plain ints need none of the ORM's per-row
-    # converters, which would double the time of this hot path (see bench/reservations.py).
-    sql, params = rows.query.sql_with_params()
     busy: dict[int, list[Interval]] = defaultdict(list)
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        for gpu_id, s, e in cursor.fetchall():
-            busy[gpu_id].append((s, e))
+    for gpu_id, s, e in _fetch_rows(rows):
+        busy[gpu_id].append((s, e))
     return busy
 
 

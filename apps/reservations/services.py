@@ -15,7 +15,7 @@ from decimal import Decimal
 
 from django.core.exceptions import ValidationError
 from django.core.mail import send_mail
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -34,6 +34,7 @@ logger = logging.getLogger(__name__)
 
 BOOKING_ATTEMPTS = 4
 EXCLUSION_CONSTRAINT = "holding_no_overlap_per_gpu"
+GPU_PICK_LOCK = 0x47505550  # advisory-lock namespace: "GPUP"
 
 
 def validate_window(
@@ -179,6 +180,15 @@ def _conflict(*, gpu_model, count, start, end, same_node, free: int) -> Conflict
     )
 
 
+def _serialize_gpu_picking(gpu_model: GpuModel) -> None:
+    """Bookings of one GPU model pick their GPUs one at a time (until commit). Without this,
+    racing bookings all choose the same best GPUs and all but one lose on the exclusion
+    constraint, retrying in a storm. SQLite needs nothing: BEGIN IMMEDIATE serializes writes."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [GPU_PICK_LOCK, gpu_model.pk])
+
+
 def _is_overlap_violation(error: IntegrityError) -> bool:
     return EXCLUSION_CONSTRAINT in str(error)
 
@@ -213,12 +223,9 @@ def reservation_create(
     with transaction.atomic():
         over_quota = check_quota(team=team, gpu_model=gpu_model, count=count, start=start, end=end)
         budget_check(team=team, gpu_model=gpu_model, count=count, start=start, end=end)
+        _serialize_gpu_picking(gpu_model)
         for _attempt in range(BOOKING_ATTEMPTS):
-            gpus = selectors.schedulable_gpus(gpu_model=gpu_model)
-            busy = selectors.busy_intervals(gpu_model=gpu_model, start=start, end=end)
-            free = availability.free_gpus(
-                gpus, busy, availability.to_epoch(start), availability.to_epoch(end)
-            )
+            free = selectors.schedulable_gpus(gpu_model=gpu_model, free_from=start, free_until=end)
             picked = availability.pick_gpus(free, count, same_node=same_node)
             if picked is None:
                 raise _conflict(

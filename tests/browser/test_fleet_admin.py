@@ -93,7 +93,7 @@ def test_member_sees_fleet_without_drain_buttons(page):
 def test_team_admin_adds_member(page):
     login(page, "bob")
     page.goto("/teams/nlp/")
-    members = page.locator("section.card table tbody")
+    members = page.locator("[data-testid=members] tbody")
     expect(members.locator("tr")).to_have_count(1)
     expect(members.locator("tr td:first-child")).to_have_text(["bob"])
 
@@ -117,6 +117,6 @@ def test_adding_unknown_user_shows_inline_error(page):
     error = page.get_by_role("alert")
     expect(error).to_contain_text("No active user named “nobody-here”.")
     assert urlparse(page.url).path == "/teams/nlp/"
-    expect(page.locator("section.card table tbody tr")).to_have_count(1)
+    expect(page.locator("[data-testid=members] tbody tr")).to_have_count(1)
     # The typed value is kept so the user can correct it.
     expect(page.get_by_label("Username")).to_have_value("nobody-here")
