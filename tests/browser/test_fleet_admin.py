@@ -33,7 +33,7 @@ def test_admin_drains_node_after_confirming(page):
     expect(card.get_by_test_id("node-status")).to_have_text("Up")
 
     card.get_by_role("textbox", name=f"Reason for draining {NODE}").fill("firmware update")
-    card.locator("header").get_by_role("button", name="Drain", exact=True).click()
+    card.locator("header").get_by_role("button", name="Drain node gpu-h100-01", exact=True).click()
 
     page.wait_for_load_state()
     expect(_node_card(page).get_by_test_id("node-status")).to_have_text("Drained")
@@ -42,7 +42,7 @@ def test_admin_drains_node_after_confirming(page):
     # Drained nodes offer Undrain instead of Drain; the other nodes are untouched.
     header = _node_card(page).locator("header")
     expect(header.get_by_role("button", name="Undrain")).to_be_visible()
-    expect(header.get_by_role("button", name="Drain", exact=True)).to_have_count(0)
+    expect(header.get_by_role("button", name="Drain node gpu-h100-01", exact=True)).to_have_count(0)
     expect(_node_card(page, "gpu-h100-02").get_by_test_id("node-status")).to_have_text("Up")
     assert _node_status() == NodeStatus.DRAINED
 
@@ -69,7 +69,9 @@ def test_dismissing_confirm_leaves_node_up(page):
     page.goto("/fleet/")
     page.on("request", lambda request: requests.append((request.method, request.url)))
 
-    _node_card(page).locator("header").get_by_role("button", name="Drain", exact=True).click()
+    _node_card(page).locator("header").get_by_role(
+        "button", name="Drain node gpu-h100-01", exact=True
+    ).click()
 
     assert dialogs == [f"Drain {NODE}? It gets no new bookings or jobs."]
     expect(_node_card(page).get_by_test_id("node-status")).to_have_text("Up")

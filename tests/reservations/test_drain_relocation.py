@@ -72,3 +72,24 @@ def test_draining_when_no_gpu_is_free_tells_the_team(
     assert len(mailoutbox) == 1 and "lost 8 GPU(s)" in mailoutbox[0].subject
     assert member.email in mailoutbox[0].to
     assert not Gpu.objects.schedulable().filter(node=node).exists()
+
+
+def test_fleet_page_tells_admin_which_drains_affect_bookings(
+    client, member, platform_admin, quotas, h100, tomorrow_9
+):
+    from datetime import timedelta
+
+    reservation = reservation_create(
+        team=quotas[0].team,
+        user=member,
+        gpu_model=h100,
+        count=3,
+        same_node=True,
+        start=tomorrow_9,
+        end=tomorrow_9 + timedelta(hours=1),
+    )
+    node = reservation.holdings.first().gpu.node
+    client.force_login(platform_admin)
+    page = client.get("/fleet/").content.decode()
+    assert f"Drain {node.hostname}? It gets no new bookings or jobs. 3 booked GPU holdings" in page
+    assert "3 open GPU bookings" in page
