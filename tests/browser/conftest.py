@@ -81,8 +81,9 @@ def browser(chromium_path):
 
 @pytest.fixture
 def demo_data(transactional_db):
-    """The demo's teams, users and 28-GPU fleet (see the seed_demo command)."""
-    call_command("seed_demo", stdout=open(os.devnull, "w"))  # noqa: SIM115
+    """The demo's teams, users, quotas and 28-GPU fleet (see the seed_demo command), with an
+    empty calendar so each test books what it needs."""
+    call_command("seed_demo", "--without-reservations", stdout=open(os.devnull, "w"))  # noqa: SIM115
 
 
 class BrowserErrors:

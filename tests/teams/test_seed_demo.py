@@ -34,3 +34,7 @@ def test_seed_demo_is_idempotent_and_builds_the_documented_fleet(settings):
     assert Membership.objects.get(user__username="bob").role == TeamRole.TEAM_ADMIN
     assert User.objects.get(username="fran").is_finance
     assert User.objects.get(username="admin").is_platform_admin
+    from apps.reservations.models import Reservation
+
+    assert Reservation.objects.count() == 4  # sample bookings, not doubled by the second run
+    assert Reservation.objects.filter(status="active").count() == 2

@@ -1,10 +1,12 @@
 """Create the demo's teams, users and simulated fleet. Safe to run again: it converges."""
 
 import uuid
+from datetime import timedelta
 
 from django.conf import settings
 from django.core.management.base import BaseCommand
 from django.db import transaction
+from django.utils import timezone
 
 from apps.fleet.models import Gpu, GpuModel, Node
 from apps.teams.choices import GlobalRole, TeamRole
@@ -57,6 +59,13 @@ def demo_gpu_uuid(hostname: str, index: int) -> str:
 class Command(BaseCommand):
     help = "Seed demo teams, users (password DEMO_PASSWORD), quotas and a simulated 28-GPU fleet."
 
+    def add_arguments(self, parser):
+        parser.add_argument(
+            "--without-reservations",
+            action="store_true",
+            help="Seed no sample bookings (tests that need an empty calendar).",
+        )
+
     @transaction.atomic
     def handle(self, *args, **options):
         password = settings.DEMO_PASSWORD
@@ -105,9 +114,40 @@ class Command(BaseCommand):
                 gpu_model=models[model_name] if model_name else None,
                 defaults={"guaranteed": guaranteed, "limit": limit},
             )
+        if not options["without_reservations"]:
+            self._seed_reservations(teams, models)
         self.stdout.write(
             self.style.SUCCESS(
                 f"Seeded {Team.objects.count()} teams, {User.objects.count()} users, "
                 f"{Node.objects.count()} nodes, {Gpu.objects.count()} GPUs."
             )
         )
+
+    def _seed_reservations(self, teams, models) -> None:
+        """A few bookings, running and upcoming, so the pages have something to show. Only on
+        an empty database: a second run must not pile up more."""
+        from apps.reservations.models import Reservation
+        from apps.reservations.services import reservation_create
+
+        if Reservation.objects.exists():
+            return
+        now = timezone.now()
+        this_slot = now.replace(minute=now.minute - now.minute % 15, second=0, microsecond=0)
+        tomorrow_9 = (now + timedelta(days=1)).replace(hour=9, minute=0, second=0, microsecond=0)
+        bookings = [
+            ("nlp", "bob", "H100-SXM-80GB", 8, this_slot, 6, "pretraining run 14"),
+            ("vision", "alice", "H100-SXM-80GB", 4, tomorrow_9, 4, "detector ablation"),
+            ("vision", "alice", "L40S-48GB", 2, this_slot, 2, "notebook"),
+            ("nlp", "bob", "A100-SXM4-80GB", 4, tomorrow_9 + timedelta(hours=2), 8, "eval sweep"),
+        ]
+        for slug, username, model, count, start, hours, purpose in bookings:
+            reservation_create(
+                team=teams[slug],
+                user=User.objects.get(username=username),
+                gpu_model=models[model],
+                count=count,
+                start=start,
+                end=start + timedelta(hours=hours),
+                purpose=purpose,
+                same_node=True,
+            )
