@@ -4,7 +4,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import DefaultRouter
 
-from apps.fleet.api import GpuViewSet, NodeViewSet
+from apps.fleet.api import GpuViewSet, MaintenanceWindowViewSet, NodeViewSet
 from apps.reservations.api import (
     AvailabilityTimelineView,
     AvailabilityView,
@@ -19,6 +19,7 @@ router = DefaultRouter()
 router.register("teams", TeamViewSet, basename="team")
 router.register("nodes", NodeViewSet, basename="node")
 router.register("gpus", GpuViewSet, basename="gpu")
+router.register("maintenance-windows", MaintenanceWindowViewSet, basename="maintenance-window")
 router.register("quotas", QuotaViewSet, basename="quota")
 router.register("reservations", ReservationViewSet, basename="reservation")
 

@@ -1,12 +1,12 @@
 from drf_spectacular.utils import extend_schema
-from rest_framework import serializers, viewsets
+from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
 from apps.fleet import selectors, services
 from apps.fleet.filters import GpuFilter, NodeFilter
-from apps.fleet.models import Gpu, Node
-from apps.teams.permissions import IsPlatformAdmin
+from apps.fleet.models import Gpu, MaintenanceWindow, Node
+from apps.teams.permissions import IsPlatformAdmin, ReadAnyWritePlatformAdmin
 
 
 class NodeSerializer(serializers.ModelSerializer):
@@ -97,3 +97,43 @@ class GpuViewSet(_StateChangeActions, viewsets.ReadOnlyModelViewSet):
 
     def change_state(self, obj, operation, actor, reason):
         return services.gpu_change_state(gpu=obj, operation=operation, actor=actor, reason=reason)
+
+
+class MaintenanceWindowSerializer(serializers.ModelSerializer):
+    node = serializers.SlugRelatedField(slug_field="hostname", queryset=Node.objects.all())
+    created_by = serializers.CharField(source="created_by.username", read_only=True, default=None)
+
+    class Meta:
+        model = MaintenanceWindow
+        fields = ["id", "node", "start", "end", "reason", "created_by", "created_at"]
+        read_only_fields = ["id", "created_by", "created_at"]
+
+
+class MaintenanceWindowViewSet(
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    mixins.CreateModelMixin,
+    mixins.DestroyModelMixin,
+    viewsets.GenericViewSet,
+):
+    """Planned node maintenance. Everyone reads (bookings avoid these windows); platform
+    admins plan and cancel them. Planning moves overlapping bookings to other GPUs."""
+
+    serializer_class = MaintenanceWindowSerializer
+    permission_classes = [ReadAnyWritePlatformAdmin]
+    filterset_fields = ["node__hostname"]
+
+    def get_queryset(self):
+        return MaintenanceWindow.objects.select_related("node", "created_by").order_by("start")
+
+    def create(self, request, *args, **kwargs):
+        data = self.get_serializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        window, relocation = services.maintenance_schedule(
+            actor=request.user, **data.validated_data
+        )
+        body = self.get_serializer(window).data
+        return Response({**body, "relocation": relocation}, status=status.HTTP_201_CREATED)
+
+    def perform_destroy(self, instance):
+        services.maintenance_cancel(window=instance, actor=self.request.user)

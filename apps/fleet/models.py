@@ -74,3 +74,30 @@ class Gpu(models.Model):
     def __str__(self) -> str:
         suffix = f" MIG {self.mig_profile}" if self.mig_parent_id else ""
         return f"{self.node.hostname}/gpu{self.index}{suffix}"
+
+
+class MaintenanceWindow(models.Model):
+    """A planned period when a node takes no work: its GPUs are never offered inside it."""
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="maintenance_windows")
+    start = models.DateTimeField()
+    end = models.DateTimeField()
+    reason = models.CharField(max_length=500)
+    created_by = models.ForeignKey(
+        "teams.User", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["start", "id"]
+        indexes = [models.Index(fields=["end", "start"], name="maintenance_time_idx")]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(end__gt=models.F("start")),
+                name="maintenance_end_after_start",
+                violation_error_message="A maintenance window must end after it starts.",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.node.hostname} maintenance {self.start:%Y-%m-%d %H:%M}–{self.end:%H:%M}"

@@ -2,7 +2,7 @@ from django.db.models import Count, Prefetch, Q, QuerySet
 from django.utils import timezone
 
 from apps.fleet.choices import GpuHealth, GpuStatus, NodeStatus
-from apps.fleet.models import Gpu, GpuModel, Node
+from apps.fleet.models import Gpu, GpuModel, MaintenanceWindow, Node
 
 
 def node_list() -> QuerySet[Node]:
@@ -29,8 +29,12 @@ def fleet_overview() -> list[Node]:
             open_bookings=Count("holdings", filter=Q(holdings__active=True, holdings__end__gt=now))
         )
     )
+    windows = MaintenanceWindow.objects.filter(end__gt=now).order_by("start")
     nodes = list(
-        node_list().prefetch_related(Prefetch("gpus", queryset=gpus, to_attr="physical_gpus"))
+        node_list().prefetch_related(
+            Prefetch("gpus", queryset=gpus, to_attr="physical_gpus"),
+            Prefetch("maintenance_windows", queryset=windows, to_attr="upcoming_maintenance"),
+        )
     )
     for node in nodes:
         node.open_bookings = sum(gpu.open_bookings for gpu in node.physical_gpus)

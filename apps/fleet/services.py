@@ -5,12 +5,15 @@ platform admins decide: drain (no new work), undrain, retire (permanently out of
 """
 
 from dataclasses import dataclass, field
+from datetime import datetime
 
+from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.utils import timezone
 
 from apps.audit.services import audit_record
 from apps.fleet.choices import GpuStatus, NodeStatus
-from apps.fleet.models import Gpu, Node
+from apps.fleet.models import Gpu, MaintenanceWindow, Node
 from apps.teams.permissions import is_platform_admin
 from portal.exceptions import ConflictError, PolicyRefusal
 
@@ -34,11 +37,11 @@ class StateChange:
     relocation: dict = field(default_factory=lambda: {"moved": [], "unresolved": []})
 
 
-def _relocate_bookings(gpu_ids: list[int], actor) -> dict:
+def _relocate_bookings(gpu_ids: list[int], actor, *, during=None) -> dict:
     # Imported here: reservations builds on fleet, not the other way round.
     from apps.reservations.services import reservations_relocate_off_gpus
 
-    return reservations_relocate_off_gpus(gpu_ids=gpu_ids, actor=actor)
+    return reservations_relocate_off_gpus(gpu_ids=gpu_ids, actor=actor, during=during)
 
 
 def _require_platform_admin(actor) -> None:
@@ -105,3 +108,52 @@ def gpu_change_state(*, gpu: Gpu, operation: str, actor, reason: str = "") -> St
     if operation == "undrain":
         return StateChange(gpu)
     return StateChange(gpu, _relocate_bookings([gpu.pk], actor))
+
+
+@transaction.atomic
+def maintenance_schedule(
+    *, node: Node, start: datetime, end: datetime, reason: str, actor
+) -> tuple[MaintenanceWindow, dict]:
+    """Plan a maintenance window: the node's GPUs are not offered inside it, and bookings that
+    overlap it move to other free GPUs of their model where possible (teams are told otherwise)."""
+    _require_platform_admin(actor)
+    errors = {}
+    if end <= start:
+        errors["end"] = "The end must be after the start."
+    elif end <= timezone.now():
+        errors["end"] = "The window is already over."
+    if not reason.strip():
+        errors["reason"] = "Say what the maintenance is for; teams see it."
+    if errors:
+        raise ValidationError(errors)
+    node = Node.objects.select_for_update().get(pk=node.pk)
+    window = MaintenanceWindow.objects.create(
+        node=node, start=start, end=end, reason=reason, created_by=actor
+    )
+    audit_record(
+        actor=actor,
+        action="node.maintenance_schedule",
+        target=node,
+        after={"start": start.isoformat(), "end": end.isoformat(), "window": window.pk},
+        reason=reason,
+    )
+    gpu_ids = list(node.gpus.values_list("id", flat=True))
+    return window, _relocate_bookings(gpu_ids, actor, during=(start, end))
+
+
+@transaction.atomic
+def maintenance_cancel(*, window: MaintenanceWindow, actor) -> None:
+    _require_platform_admin(actor)
+    window = MaintenanceWindow.objects.select_for_update().select_related("node").get(pk=window.pk)
+    audit_record(
+        actor=actor,
+        action="node.maintenance_cancel",
+        target=window.node,
+        before={
+            "start": window.start.isoformat(),
+            "end": window.end.isoformat(),
+            "window": window.pk,
+        },
+        reason=window.reason,
+    )
+    window.delete()

@@ -8,7 +8,7 @@ from django.db import connection
 from django.db.models import BigIntegerField, Exists, Func, OuterRef, Q, QuerySet
 from django.utils import timezone
 
-from apps.fleet.models import Gpu, GpuModel
+from apps.fleet.models import Gpu, GpuModel, MaintenanceWindow
 from apps.reservations import availability
 from apps.reservations.availability import GpuInfo, Interval
 from apps.reservations.choices import OPEN_STATUSES
@@ -43,6 +43,12 @@ def schedulable_gpus(
             Exists(
                 ReservationGpu.objects.filter(
                     gpu=OuterRef("pk"), active=True, start__lt=free_until, end__gt=free_from
+                )
+            )
+        ).exclude(
+            Exists(
+                MaintenanceWindow.objects.filter(
+                    node=OuterRef("node"), start__lt=free_until, end__gt=free_from
                 )
             )
         )
@@ -105,6 +111,20 @@ def busy_intervals(
     ).values_list("gpu_id", "start_s", "end_s")
     busy: dict[int, list[Interval]] = defaultdict(list)
     for gpu_id, s, e in _fetch_rows(rows):
+        busy[gpu_id].append((s, e))
+    # Maintenance windows make every GPU of their node busy.
+    windows = Gpu.objects.filter(
+        node__maintenance_windows__start__lt=end, node__maintenance_windows__end__gt=start
+    )
+    if gpu_ids is not None:
+        windows = windows.filter(id__in=gpu_ids)
+    if gpu_model is not None:
+        windows = windows.filter(model=gpu_model)
+    windows = windows.annotate(
+        start_s=EpochSeconds("node__maintenance_windows__start"),
+        end_s=EpochSeconds("node__maintenance_windows__end", round_up=True),
+    ).values_list("id", "start_s", "end_s")
+    for gpu_id, s, e in _fetch_rows(windows):
         busy[gpu_id].append((s, e))
     return busy
 

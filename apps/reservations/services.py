@@ -458,39 +458,41 @@ def reservation_release(*, reservation: Reservation, reason: str, actor=None) ->
     return reservation
 
 
-def reservations_relocate_off_gpus(*, gpu_ids: list[int], actor) -> dict:
-    """After GPUs leave service: move open bookings' remaining time to other free GPUs of the
-    same model; tell the team when no GPU is free. Returns what moved and what could not."""
+def reservations_relocate_off_gpus(
+    *, gpu_ids: list[int], actor, during: tuple[datetime, datetime] | None = None
+) -> dict:
+    """After GPUs leave service (for good, or `during` a maintenance window): move each open
+    booking's remaining time on them to another free GPU of its model; tell the team when none
+    is free. Returns what moved and what could not."""
     now = timezone.now()
     report: dict[str, list[dict]] = {"moved": [], "unresolved": []}
     lost: dict[int, tuple[Reservation, list[str]]] = {}
     affected = selectors.open_reservations_on_gpus(gpu_ids=gpu_ids, now=now)
+    if during is not None:
+        affected = affected.filter(start__lt=during[1], end__gt=during[0])
     for holding in affected.order_by("start", "id"):
         reservation = holding.reservation
         # whole minutes, so the cut-off holding and its replacement meet exactly
         window_start = availability.from_epoch(
             availability.ceil_to_grid(availability.to_epoch_ceil(max(holding.start, now)), 60)
         )
-        candidates = [
-            g
-            for g in selectors.schedulable_gpus(gpu_model=reservation.gpu_model)
-            if g.id not in gpu_ids
-        ]
-        busy = selectors.busy_intervals(
-            gpu_ids=[g.id for g in candidates], start=window_start, end=holding.end
-        )
-        free = availability.free_gpus(
-            candidates,
-            busy,
-            availability.to_epoch(window_start),
-            availability.to_epoch_ceil(holding.end),
+        free = (
+            [
+                g
+                for g in selectors.schedulable_gpus(
+                    gpu_model=reservation.gpu_model, free_from=window_start, free_until=holding.end
+                )
+                if g.id not in gpu_ids
+            ]
+            if window_start < holding.end
+            else []
         )
         entry = {
             "reservation": reservation.pk,
             "team": reservation.team.slug,
             "gpu": str(holding.gpu),
         }
-        if not free or window_start >= holding.end:
+        if not free:
             report["unresolved"].append(entry)
             lost.setdefault(reservation.pk, (reservation, []))[1].append(str(holding.gpu))
             continue

@@ -1,5 +1,5 @@
 from django.shortcuts import get_object_or_404
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
@@ -66,11 +66,24 @@ class TeamViewSet(viewsets.ReadOnlyModelViewSet):
         )
         return Response(MembershipSerializer(membership).data, status=status.HTTP_201_CREATED)
 
-    @extend_schema(request=MembershipInputSerializer, responses={204: None})
+    @extend_schema(
+        # OpenAPI tooling drops DELETE bodies, so the query parameter is the documented way.
+        parameters=[
+            OpenApiParameter(
+                "username",
+                str,
+                required=True,
+                description='The member to remove (a JSON body {"username": ...} works too).',
+            )
+        ],
+        request=None,
+        responses={204: None},
+    )
     @members.mapping.delete
     def remove_member(self, request, slug=None):
         team = self.get_object()
-        username = request.data.get("username") or request.query_params.get("username", "")
+        body = request.data if isinstance(request.data, dict) else {}  # JSON may be a list, ...
+        username = body.get("username") or request.query_params.get("username", "")
         membership = get_object_or_404(team.memberships, user__username=str(username))
         services.membership_remove(membership=membership, actor=request.user)
         return Response(status=status.HTTP_204_NO_CONTENT)
