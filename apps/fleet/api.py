@@ -101,7 +101,9 @@ class GpuViewSet(_StateChangeActions, viewsets.ReadOnlyModelViewSet):
 
 class MaintenanceWindowSerializer(serializers.ModelSerializer):
     node = serializers.SlugRelatedField(slug_field="hostname", queryset=Node.objects.all())
-    created_by = serializers.CharField(source="created_by.username", read_only=True, default=None)
+    created_by = serializers.CharField(
+        source="created_by.username", read_only=True, default=None, allow_null=True
+    )
 
     class Meta:
         model = MaintenanceWindow

@@ -1,23 +1,28 @@
-"""Schema-driven fuzzing of the REST API: schemathesis generates requests for every operation in
-the OpenAPI schema that drf-spectacular serves at /api/v1/schema/ and sends them straight to the
-WSGI application, once as a team member (token auth) and once anonymously.
+"""Schema-driven fuzzing of the REST API.
 
-- Member: no response may be a 5xx, and responses must conform to the schema (status codes
-  that the schema documents are checked against their body schema and content type).
-- Anonymous: no 5xx, and every operation answers 401/403 whatever the input.
+schemathesis reads the OpenAPI schema drf-spectacular serves at /api/v1/schema/ and sends
+generated requests for every operation in it straight to the WSGI application, as two callers:
 
-Database: every generated test item (one per operation and caller) gets the function-scoped
-`db` fixture, so pytest-django wraps it in a transaction that is rolled back at the end; inside
-it each generated request runs in its own savepoint that is rolled back too, so every example
-sees the same seeded state and nothing leaks into other test modules (hence the suppressed
-`function_scoped_fixture` health check: the fixture is deliberately shared by all examples and
-reset by the savepoint, not per example).
+- a team member (token auth): no 5xx; a documented status must match its response schema and
+  content type; anything else must be a known refusal (400/403/404/405/406/409/415/429) in the
+  API's one error envelope {"code", "message", "detail"}; drain/undrain/retire answer 403.
+- an anonymous client: no 5xx, and every operation answers 401/403 whatever the input.
 
-Reproducible: derandomized, no example database; each operation runs a bounded number of
-examples (MEMBER_EXAMPLES / ANONYMOUS_EXAMPLES) plus schemathesis' deterministic coverage cases.
+Database: each generated test item (one per operation and caller) uses the function-scoped
+`db` fixture, so pytest-django runs it in a transaction that is rolled back afterwards; inside
+it every request runs in a savepoint that is rolled back too, so each example sees the same
+seed and nothing leaks into other tests. That is why hypothesis' `function_scoped_fixture`
+health check is suppressed: sharing the fixture across examples is intended, and the savepoint
+resets what the examples change.
+
+Bounded and reproducible: derandomized with no example database; the member runs
+MEMBER_EXAMPLES fuzzed examples per operation plus schemathesis' deterministic coverage cases
+(boundary and invalid values), the anonymous client ANONYMOUS_EXAMPLES fuzzed examples (it is
+refused before any input is read, so coverage cases would add time and nothing else).
 """
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
+from urllib.parse import unquote, urlsplit
 
 import pytest
 import schemathesis
@@ -26,21 +31,23 @@ from django.core.signals import request_finished, request_started
 from django.db import close_old_connections, transaction
 from django.urls import Resolver404, resolve
 from django.utils import timezone
+from drf_spectacular.generators import EndpointEnumerator
 from hypothesis import HealthCheck, settings
 from rest_framework.authtoken.models import Token
 from schemathesis.checks import not_a_server_error
+from schemathesis.config import SchemathesisConfig
 from schemathesis.specs.openapi.checks import (
     content_type_conformance,
     response_headers_conformance,
     response_schema_conformance,
-    status_code_conformance,
 )
 
+from apps.audit.models import AuditEvent
 from apps.fleet.models import Gpu, GpuModel, Node
 from apps.reservations import services as reservation_services
-from apps.reservations.availability import floor_to_grid
+from apps.reservations.models import Reservation
 from apps.teams.choices import TeamRole
-from apps.teams.models import Quota
+from apps.teams.models import Membership, Quota, Team, User
 from portal.wsgi import application
 from tests.factories import MembershipFactory, TeamFactory, UserFactory, make_node_with_gpus
 
@@ -50,40 +57,62 @@ SCHEMA_PATH = "/api/v1/schema/"
 MEMBER_EXAMPLES = 25
 ANONYMOUS_EXAMPLES = 10
 
-schema = schemathesis.openapi.from_wsgi(SCHEMA_PATH, application)
 
-_FUZZ_SETTINGS = dict(
-    derandomize=True,
-    database=None,
-    deadline=None,
-    print_blob=False,
-    suppress_health_check=[
+def _load_schema(*, coverage_phase: bool):
+    config = SchemathesisConfig.from_dict({"phases": {"coverage": {"enabled": coverage_phase}}})
+    return schemathesis.openapi.from_wsgi(SCHEMA_PATH, application, config=config)
+
+
+member_schema = _load_schema(coverage_phase=True)
+anonymous_schema = _load_schema(coverage_phase=False)
+
+FUZZ_SETTINGS = {
+    "derandomize": True,
+    "database": None,
+    "deadline": None,
+    "print_blob": False,
+    "suppress_health_check": [
         HealthCheck.function_scoped_fixture,
         HealthCheck.too_slow,
         HealthCheck.filter_too_much,
         HealthCheck.data_too_large,
     ],
-)
+}
 
+# status_code_conformance is replaced by _check_status_and_error_body (see there).
 MEMBER_CHECKS = [
     not_a_server_error,
-    status_code_conformance,
     content_type_conformance,
     response_headers_conformance,
     response_schema_conformance,
 ]
+ADMIN_ONLY_ACTIONS = ("drain", "undrain", "retire")
+LEAK_WATCHED = (User, Team, Membership, Quota, Node, Gpu, Reservation, Token, AuditEvent)
 
 
 # --- fixtures -------------------------------------------------------------------------------
 
 
+@pytest.fixture(scope="module", autouse=True)
+def nothing_leaks(django_db_setup, django_db_blocker):
+    """Proof that the seed and whatever the fuzzer wrote are gone once the module is done."""
+
+    def counts():
+        with django_db_blocker.unblock():
+            return {model.__name__: model.objects.count() for model in LEAK_WATCHED}
+
+    before = counts()
+    yield
+    assert counts() == before
+
+
 @pytest.fixture
 def direct_wsgi():
-    """Call the raw WSGI handler inside the test transaction, as Django's test client does.
+    """Let the raw WSGI handler run inside the test transaction, as Django's test client does.
 
-    Django connects `close_old_connections` to request_started/finished; inside the test
-    transaction (autocommit off) it would close the connection mid-test. The test client
-    disconnects it for the same reason."""
+    Django connects `close_old_connections` to request_started/finished; with the test
+    transaction open (autocommit off) it would close the connection in the middle of the test
+    and every later query would fail. The test client disconnects it for the same reason."""
     request_started.disconnect(close_old_connections)
     request_finished.disconnect(close_old_connections)
     try:
@@ -95,17 +124,17 @@ def direct_wsgi():
 
 @pytest.fixture
 def seeded(db, direct_wsgi):
-    """A small fleet, three teams, quotas and bookings so requests reach real code paths.
+    """A small fleet, three teams, quotas and bookings, so requests reach real code paths.
 
-    alice is a plain member of `vision` and team admin of `speech`; she is not in `nlp`
-    (its objects must answer 404 to her)."""
-    vision, nlp, speech = (TeamFactory(slug=s) for s in ("vision", "nlp", "speech"))
+    alice (the member) is a plain member of `vision` and team admin of `speech`; she is not in
+    `nlp`, whose objects must not exist for her (404)."""
+    vision, nlp, speech = (TeamFactory(slug=slug) for slug in ("vision", "nlp", "speech"))
     alice = MembershipFactory(team=vision, user=UserFactory(username="alice")).user
     MembershipFactory(team=speech, user=alice, role=TeamRole.TEAM_ADMIN)
     MembershipFactory(team=vision, user=UserFactory(username="bob"))
     MembershipFactory(team=speech, user=UserFactory(username="sam"))
     olga = MembershipFactory(team=nlp, user=UserFactory(username="olga")).user
-    UserFactory(username="newbie")  # in no team: something to add
+    UserFactory(username="newbie")  # in no team: someone to add
 
     nodes = [
         make_node_with_gpus("h100-a", 8),
@@ -119,10 +148,15 @@ def seeded(db, direct_wsgi):
         Quota.objects.create(team=speech, gpu_model=h100, guaranteed=2, limit=8),
         Quota.objects.create(team=nlp, gpu_model=h100, guaranteed=8, limit=16),
     ]
-    start = _tomorrow()
+    start = _tomorrow_on_grid()
     reservations = [
         reservation_services.reservation_create(
-            team=team, user=user, gpu_model=h100, count=2, start=start, end=start + timedelta(hours=2)
+            team=team,
+            user=user,
+            gpu_model=h100,
+            count=2,
+            start=start,
+            end=start + timedelta(hours=2),
         )
         for team, user in ((vision, alice), (speech, alice), (nlp, olga))
     ]
@@ -131,27 +165,29 @@ def seeded(db, direct_wsgi):
         "teams": ["vision", "speech", "nlp"],
         "usernames": ["alice", "bob", "sam", "olga", "newbie"],
         "gpu_models": ["H100-SXM-80GB", "L40S-48GB"],
-        "hostnames": [n.hostname for n in nodes],
+        "hostnames": [node.hostname for node in nodes],
         "ids": {
-            "nodes": [n.pk for n in Node.objects.order_by("pk")],
+            "nodes": [node.pk for node in nodes],
             "gpus": list(Gpu.objects.order_by("pk").values_list("pk", flat=True)[:6]),
-            "quotas": [q.pk for q in quotas],
-            "reservations": [r.pk for r in reservations],
+            "quotas": [quota.pk for quota in quotas],
+            "reservations": [reservation.pk for reservation in reservations],
         },
         "start": start,
     }
 
 
-def _tomorrow() -> datetime:
-    slot = timedelta(minutes=django_settings.RESERVATION_SLOT_MINUTES)
-    return floor_to_grid(timezone.now() + timedelta(days=1), slot)
+def _tomorrow_on_grid() -> datetime:
+    """About a day ahead, on the booking grid (slots are anchored at the Unix epoch)."""
+    slot = django_settings.RESERVATION_SLOT_MINUTES * 60
+    moment = int((timezone.now() + timedelta(days=1)).timestamp())
+    return datetime.fromtimestamp(moment // slot * slot, tz=UTC)
 
 
 # --- steering generated values at seeded objects --------------------------------------------
 #
-# Random ids and slugs almost never name a seeded object, and random team / GPU model names
-# never pass validation, so most requests would stop at 404 / 400. A deterministic function of
-# the generated value swaps some of them for seeded ones: hypothesis still controls (and
+# Random ids and slugs almost never name a seeded object, and random team or GPU model names
+# never pass validation, so most requests would stop at 404 or 400. A deterministic function of
+# each generated value swaps most of them for seeded ones: hypothesis still drives (and
 # shrinks) the choice, and the rest keep their fuzzed values.
 
 QUERY_TARGETS = {
@@ -162,21 +198,19 @@ QUERY_TARGETS = {
     "model": "gpu_models",
     "node": "hostnames",
     "hostname": "hostnames",
+    "username": "usernames",
 }
 BODY_TARGETS = {"team": "teams", "gpu_model": "gpu_models", "username": "usernames"}
-TIME_FIELDS = ("start", "end", "after", "starts_after", "starts_before", "ends_after")
+QUERY_TIMES = ("start", "end", "after", "starts_after", "starts_before", "ends_after")
+BODY_TIMES = {"start": 3, "end": 5}  # hours after the seeded bookings' start
 
 
-def _pick(value, choices):
-    """A seeded choice for three of four generated values of the right type, else None."""
-    if isinstance(value, bool) or not choices:
+def _pick(value, choices, kind: type):
+    """A seeded choice for three in four generated values of `kind` (ints: by value, strings:
+    by length), else None: keep it. Values of another type (negative cases) are kept."""
+    if type(value) is not kind or not choices:
         return None
-    if isinstance(value, int):
-        key = abs(value)
-    elif isinstance(value, str):
-        key = len(value)
-    else:
-        return None
+    key = abs(value) if kind is int else len(value)
     if key % 4 == 3:
         return None
     return choices[key % len(choices)]
@@ -189,28 +223,33 @@ def _steer_time(value, base: datetime, hours: int):
 
 
 def _steer(case, seeded) -> None:
-    collection = case.operation.path.split("/")[3]
+    collection = case.operation.path.split("/")[3]  # /api/v1/<collection>/...
     for name, value in list((case.path_parameters or {}).items()):
-        choices = seeded["teams"] if name == "slug" else seeded["ids"].get(collection, [])
-        picked = _pick(value, choices)
+        if name == "slug":
+            picked = _pick(value, seeded["teams"], str)
+        else:
+            picked = _pick(value, seeded["ids"].get(collection, []), int)
         if picked is not None:
             case.path_parameters[name] = picked
     if isinstance(case.query, dict):
         for name, value in list(case.query.items()):
             if name in QUERY_TARGETS:
-                picked = _pick(value, seeded[QUERY_TARGETS[name]])
+                picked = _pick(value, seeded[QUERY_TARGETS[name]], str)
                 if picked is not None:
                     case.query[name] = picked
-            elif name in TIME_FIELDS:
+            elif name in QUERY_TIMES:
                 case.query[name] = _steer_time(value, seeded["start"], 0)
     if isinstance(case.body, dict):
         for name, value in list(case.body.items()):
             if name in BODY_TARGETS:
-                picked = _pick(value, seeded[BODY_TARGETS[name]])
+                picked = _pick(value, seeded[BODY_TARGETS[name]], str)
                 if picked is not None:
                     case.body[name] = picked
-            elif name in ("start", "end"):
-                case.body[name] = _steer_time(value, seeded["start"], 4 if name == "end" else 3)
+            elif name in BODY_TIMES:
+                case.body[name] = _steer_time(value, seeded["start"], BODY_TIMES[name])
+
+
+# --- helpers --------------------------------------------------------------------------------
 
 
 def _call_in_savepoint(case, **kwargs):
@@ -221,38 +260,91 @@ def _call_in_savepoint(case, **kwargs):
     return response
 
 
-def _reaches_api_view(path: str) -> bool:
+def _reaches_operation(response) -> bool:
+    """Whether the request as sent was routed to the documented operation's view.
+
+    Not when no URL pattern matches (e.g. a path parameter with "/"), nor for the router's
+    format-suffix twin of a route (`/gpus/0.5/` is `/gpus/0/` with format "5", which DRF
+    answers 404 during content negotiation, before authentication)."""
     try:
-        resolve(path)
+        match = resolve(unquote(urlsplit(response.request.url).path))
     except Resolver404:
         return False
-    return True
+    return "format" not in match.kwargs
+
+
+# Statuses an operation may answer without documenting them: drf-spectacular documents only
+# the success status, while every operation can refuse (DESIGN.md, rule 6). 401 is not among
+# them: the member's token is valid, so a 401 would be a bug.
+UNDOCUMENTED_REFUSALS = {400, 403, 404, 405, 406, 409, 415, 429}
+ERROR_ENVELOPE = {"code", "message", "detail"}
+
+
+def _check_status_and_error_body(case, response) -> None:
+    """In place of schemathesis' status_code_conformance, which fails on every 4xx since the
+    schema documents none: the status is documented or a known refusal, and a refusal by the
+    API carries the one error envelope {"code", "message", "detail"}."""
+    status = response.status_code
+    if str(status) in case.operation.definition.raw["responses"]:
+        return
+    assert status in UNDOCUMENTED_REFUSALS, (
+        f"{case.operation.label} answered {status}: {response.text[:500]}"
+    )
+    if _reaches_operation(response):
+        body = response.json()
+        assert isinstance(body, dict) and set(body) == ERROR_ENVELOPE, (
+            f"{case.operation.label} answered {status} without the error envelope: "
+            f"{response.text[:500]}"
+        )
+        assert isinstance(body["code"], str) and body["code"], body
+
+
+def _operations(schema) -> set[tuple[str, str]]:
+    return {(op.method.upper(), op.path) for op in (r.ok() for r in schema.get_all_operations())}
 
 
 # --- tests ----------------------------------------------------------------------------------
 
 
-@schema.parametrize()
-@settings(max_examples=MEMBER_EXAMPLES, **_FUZZ_SETTINGS)
+def test_schema_documents_every_api_endpoint():
+    """The fuzz tests cover what the schema lists; this makes sure it lists every endpoint
+    (a view with `schema = None` or `extend_schema(exclude=True)` would escape them)."""
+    served = {
+        (method.upper(), path.replace("{pk}", "{id}"))
+        for path, _regex, method, _view in EndpointEnumerator().get_api_endpoints()
+        if path.startswith("/api/v1/") and not path.startswith(("/api/v1/schema/", "/api/v1/docs/"))
+    }
+    documented = _operations(member_schema)
+    assert served - documented == set()
+    assert documented == _operations(anonymous_schema)
+    assert len(documented) >= 28
+
+
+@member_schema.parametrize()
+@settings(max_examples=MEMBER_EXAMPLES, **FUZZ_SETTINGS)
 def test_member_gets_no_server_error_and_schema_conforming_answers(case, seeded):
     _steer(case, seeded)
     headers = {"Authorization": f"Token {seeded['token']}"}
     response = _call_in_savepoint(case, headers=headers)
     case.validate_response(response, checks=MEMBER_CHECKS, headers=headers)
-    if case.operation.path.rsplit("/", 2)[-2] in ("drain", "undrain", "retire"):
-        if _reaches_api_view(case.formatted_path):
-            assert response.status_code == 403, (response.status_code, response.text[:500])
+    _check_status_and_error_body(case, response)
+    action = case.operation.path.rstrip("/").rsplit("/", 1)[-1]
+    if action in ADMIN_ONLY_ACTIONS and _reaches_operation(response):
+        assert response.status_code == 403, (
+            f"{case.operation.label} is for platform admins; a member got "
+            f"{response.status_code}: {response.text[:500]}"
+        )
 
 
-@schema.parametrize()
-@settings(max_examples=ANONYMOUS_EXAMPLES, **_FUZZ_SETTINGS)
+@anonymous_schema.parametrize()
+@settings(max_examples=ANONYMOUS_EXAMPLES, **FUZZ_SETTINGS)
 def test_anonymous_is_refused_everywhere(case, seeded):
     _steer(case, seeded)
     response = _call_in_savepoint(case)
     case.validate_response(response, checks=[not_a_server_error])
-    if not _reaches_api_view(case.formatted_path):
-        return  # never routed to an operation (e.g. a path parameter with a "/")
-    assert response.status_code in (401, 403), (
-        f"{case.operation.label} answered an anonymous caller {response.status_code}: "
-        f"{response.text[:500]}"
-    )
+    if _reaches_operation(response):
+        assert response.status_code in (401, 403), (
+            f"{case.operation.label} answered an anonymous caller {response.status_code}: "
+            f"{response.text[:500]}"
+        )
+        assert set(response.json()) == ERROR_ENVELOPE, response.text[:500]
