@@ -58,6 +58,7 @@ INSTALLED_APPS = [
     "apps.fleet",
     "apps.audit",
     "apps.reservations",
+    "apps.telemetry",
 ]
 
 MIDDLEWARE = [
@@ -220,3 +221,33 @@ CELERY_BEAT_SCHEDULE["reservations-lifecycle"] = {
     "schedule": 60.0,
     "options": {"expires": 55},
 }
+
+# --- Telemetry ------------------------------------------------------------------------------
+TELEMETRY_MISSED_POLLS_UNREACHABLE = env.int("TELEMETRY_MISSED_POLLS_UNREACHABLE", default=3)
+TELEMETRY_RAW_RETENTION_DAYS = env.int("TELEMETRY_RAW_RETENTION_DAYS", default=7)
+TELEMETRY_MINUTE_RETENTION_DAYS = env.int("TELEMETRY_MINUTE_RETENTION_DAYS", default=90)
+TELEMETRY_BUSY_UTIL_PERCENT = env.int("TELEMETRY_BUSY_UTIL_PERCENT", default=5)
+TELEMETRY_MAX_CLOCK_SKEW_SECONDS = env.int("TELEMETRY_MAX_CLOCK_SKEW_SECONDS", default=300)
+IDLE_UTIL_PERCENT = env.int("IDLE_UTIL_PERCENT", default=5)
+IDLE_WINDOW_MINUTES = env.int("IDLE_WINDOW_MINUTES", default=30)
+IDLE_GRACE_MINUTES = env.int("IDLE_GRACE_MINUTES", default=15)
+IDLE_NO_SHOW_MINUTES = env.int("IDLE_NO_SHOW_MINUTES", default=30)
+CELERY_BEAT_SCHEDULE.update(
+    {
+        "telemetry-poll-fleet": {
+            "task": "telemetry.poll_fleet",
+            "schedule": float(TELEMETRY_POLL_SECONDS),
+            "options": {"expires": TELEMETRY_POLL_SECONDS},
+        },
+        "telemetry-minutely": {
+            "task": "telemetry.minutely",
+            "schedule": 60.0,
+            "options": {"expires": 55},
+        },
+        "telemetry-retention": {
+            "task": "telemetry.retention",
+            "schedule": 3600.0,
+            "options": {"expires": 3000},
+        },
+    }
+)

@@ -58,6 +58,15 @@ class Team(models.Model):
         max_length=64, blank=True, help_text="Finance cost-center code charged for this team."
     )
     is_active = models.BooleanField(default=True)
+    idle_reclaim = models.BooleanField(
+        default=True,
+        help_text="Release this team's bookings whose GPUs sit idle (after a warning).",
+    )
+    idle_grace_minutes = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="Minutes between the idle warning and the release; empty: the portal default.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     members = models.ManyToManyField(User, through="Membership", related_name="teams")
 

@@ -1,0 +1,176 @@
+"""Idle GPUs: bookings whose GPUs sit unused (warned, then released), and GPUs nobody holds.
+
+Both kinds are kept as intervals so their GPU-hours (and, with billing, their cost) can be
+summed per team and model. Decisions use minute rollups, so they need `rollup_minutes` to
+have run for the window (the minutely task does both, in that order).
+"""
+
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.core.mail import send_mail
+from django.db import transaction
+from django.db.models import Count, Max
+from django.utils import timezone
+
+from apps.fleet.models import Gpu
+from apps.reservations.choices import ReservationStatus
+from apps.reservations.models import Reservation, ReservationGpu
+from apps.reservations.services import reservation_release
+from apps.teams.choices import TeamRole
+from apps.teams.models import Membership
+from apps.telemetry.choices import IdleKind
+from apps.telemetry.models import GpuMinuteRollup, IdleInterval, IdleWarning
+
+COVERAGE = 0.8  # share of the window's minutes that must have telemetry to call a GPU idle
+
+
+def _idle_over(gpu_ids: list[int], start: datetime, end: datetime) -> bool:
+    """True when every GPU reported for most of [start, end) and never reached the threshold.
+    Missing telemetry is never taken for idleness."""
+    minutes = max(1, int((end - start).total_seconds() // 60))
+    stats = {
+        row["gpu_id"]: row
+        for row in GpuMinuteRollup.objects.filter(
+            gpu_id__in=gpu_ids, bucket__gte=start, bucket__lt=end
+        )
+        .values("gpu_id")
+        .annotate(minutes=Count("id"), peak=Max("util_max"))
+    }
+    for gpu_id in gpu_ids:
+        row = stats.get(gpu_id)
+        if row is None or row["minutes"] < COVERAGE * minutes:
+            return False
+        if row["peak"] is None or row["peak"] >= settings.IDLE_UTIL_PERCENT:
+            return False
+    return True
+
+
+def _notify(reservation: Reservation, subject: str, body: str) -> None:
+    admins = Membership.objects.filter(
+        team_id=reservation.team_id, role=TeamRole.TEAM_ADMIN
+    ).values_list("user__email", flat=True)
+    recipients = sorted({reservation.created_by.email, *admins} - {""})
+    if recipients:
+        transaction.on_commit(
+            lambda: send_mail(subject, body, None, recipients, fail_silently=True)
+        )
+
+
+def idle_bookings_check(*, now: datetime | None = None) -> dict[str, int]:
+    """Warn teams whose active bookings sit idle; release those still idle after the grace.
+
+    Idle: every GPU of the booking below IDLE_UTIL_PERCENT for the last IDLE_WINDOW_MINUTES
+    (or, for a booking younger than that, since it started, once IDLE_NO_SHOW_MINUTES passed:
+    a no-show). Teams with idle reclaim off are never warned or released."""
+    now = now or timezone.now()
+    window = timedelta(minutes=settings.IDLE_WINDOW_MINUTES)
+    no_show = timedelta(minutes=settings.IDLE_NO_SHOW_MINUTES)
+    result = {"warned": 0, "released": 0, "cleared": 0}
+    active = Reservation.objects.filter(
+        status=ReservationStatus.ACTIVE, start__lte=now - min(window, no_show)
+    ).select_related("team", "created_by", "gpu_model")
+    for reservation in active:
+        if not reservation.team.idle_reclaim:
+            continue
+        since = max(now - window, reservation.start)
+        gpu_ids = list(
+            reservation.holdings.filter(active=True, end__gt=now).values_list("gpu_id", flat=True)
+        )
+        warning = IdleWarning.objects.filter(reservation=reservation).first()
+        if not gpu_ids or not _idle_over(gpu_ids, since, _minute(now)):
+            if warning:
+                warning.delete()
+                result["cleared"] += 1
+            continue
+        grace = timedelta(
+            minutes=reservation.team.idle_grace_minutes or settings.IDLE_GRACE_MINUTES
+        )
+        if warning is None:
+            with transaction.atomic():
+                IdleWarning.objects.create(
+                    reservation=reservation,
+                    warned_at=now,
+                    reason=f"below {settings.IDLE_UTIL_PERCENT}% since {since:%H:%M} UTC",
+                )
+                _notify(
+                    reservation,
+                    f"GPU reservation #{reservation.pk} is idle",
+                    f"{reservation} has used its GPUs below {settings.IDLE_UTIL_PERCENT}% since "
+                    f"{since:%Y-%m-%d %H:%M} UTC. Unless they get busy, it is released in "
+                    f"{int(grace.total_seconds() // 60)} minutes so others can use them.\n",
+                )
+            result["warned"] += 1
+        elif now - warning.warned_at >= grace:
+            reservation_release(
+                reservation=reservation,
+                reason=f"idle: GPUs below {settings.IDLE_UTIL_PERCENT}% since "
+                f"{since:%Y-%m-%d %H:%M} UTC and after a warning at "
+                f"{warning.warned_at:%H:%M} UTC",
+            )
+            result["released"] += 1
+    return result
+
+
+def _minute(moment: datetime) -> datetime:
+    return moment.replace(second=0, microsecond=0)
+
+
+def idle_intervals_update(*, now: datetime | None = None) -> dict[str, int]:
+    """Extend (or open) the idle intervals with the minute that just ended.
+
+    held_idle: a GPU in an active booking whose last minute stayed below the threshold.
+    unallocated: a schedulable GPU nobody holds."""
+    end = _minute(now or timezone.now())
+    start = end - timedelta(minutes=1)
+    held = {
+        gpu_id: (team_id, reservation_id)
+        for gpu_id, team_id, reservation_id in ReservationGpu.objects.filter(
+            active=True,
+            start__lte=start,
+            end__gte=end,
+            reservation__status=ReservationStatus.ACTIVE,
+        ).values_list("gpu_id", "reservation__team_id", "reservation_id")
+    }
+    idle_minute = set(
+        GpuMinuteRollup.objects.filter(
+            bucket=start, gpu_id__in=held, util_max__lt=settings.IDLE_UTIL_PERCENT
+        ).values_list("gpu_id", flat=True)
+    )
+    current: list[tuple[int, str, int | None, int | None]] = [
+        (gpu_id, IdleKind.HELD_IDLE, *held[gpu_id]) for gpu_id in idle_minute
+    ]
+    unallocated = (
+        Gpu.objects.schedulable()
+        .filter(mig_parent__isnull=True)
+        .exclude(id__in=held)
+        .values_list("id", flat=True)
+    )
+    current += [(gpu_id, IdleKind.UNALLOCATED, None, None) for gpu_id in unallocated]
+    counts = {"extended": 0, "opened": 0}
+    with transaction.atomic():
+        open_now = {
+            (i.gpu_id, i.kind, i.reservation_id): i for i in IdleInterval.objects.filter(end=start)
+        }
+        fresh = []
+        for gpu_id, kind, team_id, reservation_id in current:
+            interval = open_now.get((gpu_id, kind, reservation_id))
+            if interval is not None:
+                interval.end = end
+                counts["extended"] += 1
+            else:
+                fresh.append(
+                    IdleInterval(
+                        gpu_id=gpu_id,
+                        kind=kind,
+                        team_id=team_id,
+                        reservation_id=reservation_id,
+                        start=start,
+                        end=end,
+                    )
+                )
+        extended = [i for i in open_now.values() if i.end == end]
+        IdleInterval.objects.bulk_update(extended, ["end"], batch_size=1000)
+        IdleInterval.objects.bulk_create(fresh, batch_size=1000)
+        counts["opened"] = len(fresh)
+    return counts

@@ -1,0 +1,162 @@
+from django.db import models
+
+from apps.telemetry.choices import IdleKind
+
+
+class GpuSample(models.Model):
+    """One NVML reading of one GPU (or MIG device). Raw; kept `TELEMETRY_RAW_RETENTION_DAYS`.
+
+    Fields NVML could not read on that device are null."""
+
+    id = models.BigAutoField(primary_key=True)
+    gpu = models.ForeignKey("fleet.Gpu", on_delete=models.CASCADE, related_name="samples")
+    ts = models.DateTimeField()
+    util_gpu = models.SmallIntegerField(null=True)
+    util_mem = models.SmallIntegerField(null=True)
+    mem_used_mib = models.IntegerField(null=True)
+    power_w = models.FloatField(null=True)
+    temp_c = models.SmallIntegerField(null=True)
+    energy_mj = models.BigIntegerField(null=True, help_text="NVML total energy counter, mJ.")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["gpu", "ts"],
+                name="gpusample_unique_gpu_ts",
+                violation_error_message="This GPU already has a sample at this time.",
+            )
+        ]
+        indexes = [models.Index(fields=["ts"], name="gpusample_ts_idx")]
+
+    def __str__(self) -> str:
+        return f"gpu {self.gpu_id} @ {self.ts:%Y-%m-%d %H:%M:%S}"
+
+
+class IngestBatch(models.Model):
+    """A telemetry batch already stored, by the node's own sequence number: a redelivered
+    batch finds its key here and is skipped whole."""
+
+    node = models.CharField(max_length=253)
+    seq = models.BigIntegerField()
+    received_at = models.DateTimeField(auto_now_add=True)
+    stored = models.PositiveIntegerField(default=0)
+    rejected = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["node", "seq"], name="ingestbatch_unique_node_seq")
+        ]
+        indexes = [models.Index(fields=["received_at"], name="ingestbatch_received_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.node} #{self.seq}"
+
+
+class TelemetryCounter(models.Model):
+    """Running totals shown on /metrics (every process sees them, unlike in-memory counters)."""
+
+    name = models.CharField(max_length=64)
+    reason = models.CharField(max_length=64, blank=True)
+    value = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["name", "reason"], name="telemetrycounter_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name}{{{self.reason}}} = {self.value}"
+
+
+class RollupBase(models.Model):
+    gpu = models.ForeignKey("fleet.Gpu", on_delete=models.CASCADE, related_name="+")
+    bucket = models.DateTimeField(help_text="Start of the minute or hour.")
+    team = models.ForeignKey(
+        "teams.Team",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        help_text="Who held the GPU (booking) at the start of the bucket; empty: unallocated.",
+    )
+    samples = models.PositiveIntegerField()
+    util_avg = models.FloatField(null=True)
+    util_max = models.SmallIntegerField(null=True)
+    mem_used_avg_mib = models.FloatField(null=True)
+    mem_used_max_mib = models.IntegerField(null=True)
+    power_avg_w = models.FloatField(null=True)
+    energy_j = models.FloatField(null=True, help_text="Energy used in the bucket, joules.")
+    busy_seconds = models.FloatField(
+        help_text="Seconds of the bucket with utilization at or above the busy threshold."
+    )
+
+    class Meta:
+        abstract = True
+
+    def __str__(self) -> str:
+        return f"gpu {self.gpu_id} @ {self.bucket:%Y-%m-%d %H:%M}"
+
+
+class GpuMinuteRollup(RollupBase):  # noqa: DJ008 - __str__ inherited
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["gpu", "bucket"], name="minuterollup_unique_gpu_bucket")
+        ]
+        indexes = [models.Index(fields=["bucket"], name="minuterollup_bucket_idx")]
+
+
+class GpuHourRollup(RollupBase):  # noqa: DJ008 - __str__ inherited
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["gpu", "bucket"], name="hourrollup_unique_gpu_bucket")
+        ]
+        indexes = [models.Index(fields=["bucket"], name="hourrollup_bucket_idx")]
+
+
+class IdleInterval(models.Model):
+    """A stretch of time a GPU sat idle: held by a team but unused, or held by nobody."""
+
+    gpu = models.ForeignKey("fleet.Gpu", on_delete=models.CASCADE, related_name="idle_intervals")
+    kind = models.CharField(max_length=16, choices=IdleKind.choices)
+    team = models.ForeignKey(
+        "teams.Team", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    reservation = models.ForeignKey(
+        "reservations.Reservation",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="idle_intervals",
+    )
+    start = models.DateTimeField()
+    end = models.DateTimeField()
+
+    class Meta:
+        ordering = ["-end"]
+        indexes = [
+            models.Index(fields=["gpu", "kind", "end"], name="idle_gpu_kind_end_idx"),
+            models.Index(fields=["end", "start"], name="idle_time_idx"),
+        ]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(end__gte=models.F("start")),
+                name="idle_end_not_before_start",
+                violation_error_message="An idle interval cannot end before it starts.",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} gpu {self.gpu_id} {self.start:%Y-%m-%d %H:%M}-{self.end:%H:%M}"
+
+
+class IdleWarning(models.Model):
+    """A held-idle booking whose team was warned; released if still idle after the grace."""
+
+    reservation = models.OneToOneField(
+        "reservations.Reservation", on_delete=models.CASCADE, related_name="idle_warning"
+    )
+    warned_at = models.DateTimeField()
+    reason = models.CharField(max_length=200)
+
+    def __str__(self) -> str:
+        return f"idle warning for reservation {self.reservation_id}"

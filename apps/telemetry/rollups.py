@@ -1,0 +1,254 @@
+"""Per-GPU minute and hour rollups of raw samples, attributed to the team holding the GPU.
+
+Idempotent upserts: re-running any interval rewrites the same rows. PostgreSQL computes them in
+one INSERT ... SELECT; other databases (the SQLite demo) use the portable Python path, which
+the tests hold to the same numbers.
+
+Energy is the sum of positive steps of the NVML energy counter between consecutive samples
+(a step counts toward the bucket of its later sample), so nothing is lost at bucket edges; a
+counter reset (negative step) is skipped.
+"""
+
+from collections import defaultdict
+from datetime import UTC, datetime, timedelta
+
+from django.conf import settings
+from django.db import connection, transaction
+
+from apps.reservations.models import ReservationGpu
+from apps.telemetry.models import GpuHourRollup, GpuMinuteRollup, GpuSample
+
+LOOKBACK = timedelta(minutes=5)  # how far before an interval to look for the previous sample
+ROLLUP_FIELDS = [
+    "team",
+    "samples",
+    "util_avg",
+    "util_max",
+    "mem_used_avg_mib",
+    "mem_used_max_mib",
+    "power_avg_w",
+    "energy_j",
+    "busy_seconds",
+]
+
+MINUTE_SQL = """
+WITH s AS (
+    SELECT gpu_id, ts, util_gpu, mem_used_mib, power_w,
+           energy_mj - lag(energy_mj) OVER (PARTITION BY gpu_id ORDER BY ts) AS step_mj
+    FROM telemetry_gpusample
+    WHERE ts >= %(lookback)s AND ts < %(end)s
+), grouped AS (
+    SELECT gpu_id, date_trunc('minute', ts) AS bucket, count(*) AS samples,
+           avg(util_gpu) AS util_avg, max(util_gpu) AS util_max,
+           avg(mem_used_mib) AS mem_avg, max(mem_used_mib) AS mem_max, avg(power_w) AS power_avg,
+           sum(step_mj) FILTER (WHERE step_mj >= 0) / 1000.0 AS energy_j,
+           60.0 * count(*) FILTER (WHERE util_gpu >= %(busy)s) / count(*) AS busy_seconds
+    FROM s WHERE ts >= %(start)s
+    GROUP BY gpu_id, date_trunc('minute', ts)
+)
+INSERT INTO telemetry_gpuminuterollup
+    (gpu_id, bucket, team_id, samples, util_avg, util_max, mem_used_avg_mib, mem_used_max_mib,
+     power_avg_w, energy_j, busy_seconds)
+SELECT g.gpu_id, g.bucket,
+       (SELECT r.team_id FROM reservations_reservationgpu h
+        JOIN reservations_reservation r ON r.id = h.reservation_id
+        WHERE h.gpu_id = g.gpu_id AND h.active AND h.start <= g.bucket AND h."end" > g.bucket
+        LIMIT 1),
+       g.samples, g.util_avg, g.util_max, g.mem_avg, g.mem_max, g.power_avg, g.energy_j,
+       g.busy_seconds
+FROM grouped g
+ON CONFLICT (gpu_id, bucket) DO UPDATE SET
+    team_id = EXCLUDED.team_id, samples = EXCLUDED.samples, util_avg = EXCLUDED.util_avg,
+    util_max = EXCLUDED.util_max, mem_used_avg_mib = EXCLUDED.mem_used_avg_mib,
+    mem_used_max_mib = EXCLUDED.mem_used_max_mib, power_avg_w = EXCLUDED.power_avg_w,
+    energy_j = EXCLUDED.energy_j, busy_seconds = EXCLUDED.busy_seconds
+"""
+
+HOUR_SQL = """
+INSERT INTO telemetry_gpuhourrollup
+    (gpu_id, bucket, team_id, samples, util_avg, util_max, mem_used_avg_mib, mem_used_max_mib,
+     power_avg_w, energy_j, busy_seconds)
+SELECT m.gpu_id, date_trunc('hour', m.bucket) AS hour,
+       (SELECT m2.team_id FROM telemetry_gpuminuterollup m2
+        WHERE m2.gpu_id = m.gpu_id AND date_trunc('hour', m2.bucket) = date_trunc('hour', m.bucket)
+        GROUP BY m2.team_id ORDER BY count(*) DESC, m2.team_id LIMIT 1),
+       sum(m.samples),
+       sum(m.util_avg * m.samples)
+           / nullif(sum(m.samples) FILTER (WHERE m.util_avg IS NOT NULL), 0),
+       max(m.util_max),
+       sum(m.mem_used_avg_mib * m.samples)
+           / nullif(sum(m.samples) FILTER (WHERE m.mem_used_avg_mib IS NOT NULL), 0),
+       max(m.mem_used_max_mib),
+       sum(m.power_avg_w * m.samples)
+           / nullif(sum(m.samples) FILTER (WHERE m.power_avg_w IS NOT NULL), 0),
+       sum(m.energy_j), sum(m.busy_seconds)
+FROM telemetry_gpuminuterollup m
+WHERE m.bucket >= %(start)s AND m.bucket < %(end)s
+GROUP BY m.gpu_id, date_trunc('hour', m.bucket)
+ON CONFLICT (gpu_id, bucket) DO UPDATE SET
+    team_id = EXCLUDED.team_id, samples = EXCLUDED.samples, util_avg = EXCLUDED.util_avg,
+    util_max = EXCLUDED.util_max, mem_used_avg_mib = EXCLUDED.mem_used_avg_mib,
+    mem_used_max_mib = EXCLUDED.mem_used_max_mib, power_avg_w = EXCLUDED.power_avg_w,
+    energy_j = EXCLUDED.energy_j, busy_seconds = EXCLUDED.busy_seconds
+"""
+
+
+def _floor(moment: datetime, unit: timedelta) -> datetime:
+    epoch = datetime(1970, 1, 1, tzinfo=UTC)
+    return epoch + ((moment - epoch) // unit) * unit
+
+
+def rollup_minutes(*, start: datetime, end: datetime, portable: bool | None = None) -> int:
+    """Upsert minute rollups for the whole minutes in [start, end). Returns rows written."""
+    start, end = _floor(start, timedelta(minutes=1)), _floor(end, timedelta(minutes=1))
+    if end <= start:
+        return 0
+    if portable is None:
+        portable = connection.vendor != "postgresql"
+    with transaction.atomic():
+        if not portable:
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    MINUTE_SQL,
+                    {
+                        "start": start,
+                        "end": end,
+                        "lookback": start - LOOKBACK,
+                        "busy": settings.TELEMETRY_BUSY_UTIL_PERCENT,
+                    },
+                )
+                return cursor.rowcount
+        rows = _portable_minutes(start, end)
+        GpuMinuteRollup.objects.bulk_create(
+            rows,
+            batch_size=1000,
+            update_conflicts=True,
+            unique_fields=["gpu", "bucket"],
+            update_fields=ROLLUP_FIELDS,
+        )
+        return len(rows)
+
+
+def _holders(start: datetime, end: datetime) -> dict[int, list[tuple[datetime, datetime, int]]]:
+    holders: dict[int, list[tuple[datetime, datetime, int]]] = defaultdict(list)
+    for gpu_id, s, e, team_id in ReservationGpu.objects.filter(
+        active=True, start__lt=end, end__gt=start
+    ).values_list("gpu_id", "start", "end", "reservation__team_id"):
+        holders[gpu_id].append((s, e, team_id))
+    return holders
+
+
+def _team_at(holders, gpu_id: int, moment: datetime) -> int | None:
+    return next((team for s, e, team in holders.get(gpu_id, ()) if s <= moment < e), None)
+
+
+def _portable_minutes(start: datetime, end: datetime) -> list[GpuMinuteRollup]:
+    busy_at = settings.TELEMETRY_BUSY_UTIL_PERCENT
+    holders = _holders(start, end)
+    groups: dict[tuple[int, datetime], list] = defaultdict(list)
+    previous: dict[int, int | None] = {}
+    samples = (
+        GpuSample.objects.filter(ts__gte=start - LOOKBACK, ts__lt=end)
+        .order_by("gpu_id", "ts")
+        .values_list("gpu_id", "ts", "util_gpu", "mem_used_mib", "power_w", "energy_mj")
+    )
+    for gpu_id, ts, util, mem, power, energy in samples:
+        last = previous.get(gpu_id)
+        step = energy - last if energy is not None and last is not None else None
+        previous[gpu_id] = energy
+        if ts >= start:
+            groups[(gpu_id, _floor(ts, timedelta(minutes=1)))].append((util, mem, power, step))
+    rows = []
+    for (gpu_id, bucket), items in groups.items():
+        utils = [u for u, _, _, _ in items if u is not None]
+        mems = [m for _, m, _, _ in items if m is not None]
+        powers = [p for _, _, p, _ in items if p is not None]
+        steps = [s for _, _, _, s in items if s is not None and s >= 0]
+        rows.append(
+            GpuMinuteRollup(
+                gpu_id=gpu_id,
+                bucket=bucket,
+                team_id=_team_at(holders, gpu_id, bucket),
+                samples=len(items),
+                util_avg=sum(utils) / len(utils) if utils else None,
+                util_max=max(utils) if utils else None,
+                mem_used_avg_mib=sum(mems) / len(mems) if mems else None,
+                mem_used_max_mib=max(mems) if mems else None,
+                power_avg_w=sum(powers) / len(powers) if powers else None,
+                energy_j=sum(steps) / 1000.0 if steps else None,
+                busy_seconds=60.0 * sum(1 for u in utils if u >= busy_at) / len(items),
+            )
+        )
+    return rows
+
+
+def rollup_hours(*, start: datetime, end: datetime, portable: bool | None = None) -> int:
+    """Upsert hour rollups from the minute rollups of the whole hours touching [start, end)."""
+    start = _floor(start, timedelta(hours=1))
+    end = _floor(end - timedelta(microseconds=1), timedelta(hours=1)) + timedelta(hours=1)
+    if portable is None:
+        portable = connection.vendor != "postgresql"
+    with transaction.atomic():
+        if not portable:
+            with connection.cursor() as cursor:
+                cursor.execute(HOUR_SQL, {"start": start, "end": end})
+                return cursor.rowcount
+        rows = _portable_hours(start, end)
+        GpuHourRollup.objects.bulk_create(
+            rows,
+            batch_size=1000,
+            update_conflicts=True,
+            unique_fields=["gpu", "bucket"],
+            update_fields=ROLLUP_FIELDS,
+        )
+        return len(rows)
+
+
+def _weighted(items, index: int) -> float | None:
+    pairs = [(row[index], row[0]) for row in items if row[index] is not None]
+    weight = sum(n for _, n in pairs)
+    return sum(v * n for v, n in pairs) / weight if weight else None
+
+
+def _portable_hours(start: datetime, end: datetime) -> list[GpuHourRollup]:
+    groups: dict[tuple[int, datetime], list] = defaultdict(list)
+    minutes = GpuMinuteRollup.objects.filter(bucket__gte=start, bucket__lt=end).values_list(
+        "gpu_id",
+        "bucket",
+        "samples",
+        "util_avg",
+        "util_max",
+        "mem_used_avg_mib",
+        "mem_used_max_mib",
+        "power_avg_w",
+        "energy_j",
+        "busy_seconds",
+        "team_id",
+    )
+    for gpu_id, bucket, *values in minutes:
+        groups[(gpu_id, _floor(bucket, timedelta(hours=1)))].append(values)
+    rows = []
+    for (gpu_id, hour), items in groups.items():
+        teams: dict[int | None, int] = defaultdict(int)
+        for item in items:
+            teams[item[8]] += 1
+        team_id = sorted(teams.items(), key=lambda kv: (-kv[1], kv[0] is None, kv[0] or 0))[0][0]
+        maxima = [i[2] for i in items if i[2] is not None]
+        mem_maxima = [i[4] for i in items if i[4] is not None]
+        energies = [i[6] for i in items if i[6] is not None]
+        rows.append(
+            GpuHourRollup(
+                gpu_id=gpu_id,
+                bucket=hour,
+                team_id=team_id,
+                samples=sum(i[0] for i in items),
+                util_avg=_weighted(items, 1),
+                util_max=max(maxima) if maxima else None,
+                mem_used_avg_mib=_weighted(items, 3),
+                mem_used_max_mib=max(mem_maxima) if mem_maxima else None,
+                power_avg_w=_weighted(items, 5),
+                energy_j=sum(energies) if energies else None,
+                busy_seconds=sum(i[7] for i in items),
+            )
+        )
+    return rows

@@ -1,0 +1,395 @@
+"""Telemetry from the node agents: registration, ingest, node health, rollups, idle GPUs.
+
+Ingest is idempotent twice over: a batch's (node, seq) key is stored in the same transaction
+as its rows, so a redelivered batch is skipped whole; and rows are unique on (gpu, ts), so a
+sample that arrives again in another batch is dropped, not doubled.
+"""
+
+import logging
+import math
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+import psycopg
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from apps.audit.services import audit_record
+from apps.fleet.choices import GpuHealth, NodeStatus
+from apps.fleet.models import Gpu, GpuModel, Node
+from apps.telemetry.models import GpuSample, IngestBatch, TelemetryCounter
+
+logger = logging.getLogger(__name__)
+
+SAMPLE_COLUMNS = (
+    "gpu_id",
+    "ts",
+    "util_gpu",
+    "util_mem",
+    "mem_used_mib",
+    "power_w",
+    "temp_c",
+    "energy_mj",
+)
+# Field: (lowest, highest) accepted; NVML gives None where a device cannot report it.
+SAMPLE_RANGES: dict[str, tuple[float, float]] = {
+    "util_gpu": (0, 100),
+    "util_mem": (0, 100),
+    "mem_used_mib": (0, 10_000_000),
+    "power_w": (0, 10_000),
+    "temp_c": (-40, 200),
+    "energy_mj": (0, 2**62),
+}
+INTEGER_FIELDS = {"util_gpu", "util_mem", "mem_used_mib", "temp_c", "energy_mj"}
+HEALTH_FROM_AGENT = {
+    "healthy": GpuHealth.HEALTHY,
+    "degraded": GpuHealth.DEGRADED,
+    "lost": GpuHealth.LOST,
+}
+
+
+@dataclass
+class IngestResult:
+    stored: int = 0
+    rejected: dict[str, int] = field(default_factory=dict)
+    duplicate_batch: bool = False
+
+    def reject(self, reason: str, count: int = 1) -> None:
+        self.rejected[reason] = self.rejected.get(reason, 0) + count
+
+
+def counter_add(name: str, reason: str = "", amount: int = 1) -> None:
+    if amount <= 0:
+        return
+    updated = TelemetryCounter.objects.filter(name=name, reason=reason).update(
+        value=F("value") + amount
+    )
+    if not updated:
+        TelemetryCounter.objects.bulk_create(
+            [TelemetryCounter(name=name, reason=reason, value=0)], ignore_conflicts=True
+        )
+        TelemetryCounter.objects.filter(name=name, reason=reason).update(value=F("value") + amount)
+
+
+# --- registration ----------------------------------------------------------------------------
+
+
+@transaction.atomic
+def node_register(*, inventory: dict) -> Node:
+    """Create or update a node and its GPUs (and MIG devices) from the agent's NVML inventory.
+
+    Safe to repeat: an unchanged inventory changes nothing; a changed one is updated and the
+    change audited. A retired node stays retired."""
+    hostname = str(inventory["node"])
+    node, created = Node.objects.select_for_update().get_or_create(
+        hostname=hostname, defaults={"labels": inventory.get("labels") or {}}
+    )
+    now = timezone.now()
+    if node.status == NodeStatus.UNREACHABLE:
+        _node_back_up(node)
+    node.last_seen = now
+    node.save(update_fields=["last_seen", "status"])
+    changes = []
+    for entry in inventory.get("gpus", []):
+        model, _ = GpuModel.objects.get_or_create(
+            name=entry["name"], defaults={"memory_mib": int(entry.get("memory_mib") or 0)}
+        )
+        domain = entry.get("nvlink_domain") or ""
+        wanted = {
+            "node": node,
+            "index": int(entry["index"]),
+            "model": model,
+            "nvlink_domain": f"{hostname}/{domain}" if domain else "",
+            "mig_parent": None,
+            "mig_profile": "",
+        }
+        gpu = _upsert_gpu(entry["uuid"], wanted, changes)
+        for mig in entry.get("mig_devices") or []:
+            _upsert_gpu(
+                mig["uuid"],
+                {
+                    "node": node,
+                    "index": int(mig["index"]),
+                    "model": model,
+                    "nvlink_domain": wanted["nvlink_domain"],
+                    "mig_parent": gpu,
+                    "mig_profile": mig.get("profile") or "mig",
+                },
+                changes,
+            )
+    if created or changes:
+        audit_record(
+            actor=None,
+            action="node.register",
+            target=node,
+            after={
+                "gpus": len(inventory.get("gpus", [])),
+                "changes": changes[:50],
+                "backend": inventory.get("backend", ""),
+            },
+        )
+    return node
+
+
+def _upsert_gpu(uuid: str, wanted: dict, changes: list) -> Gpu:
+    gpu = Gpu.objects.filter(uuid=uuid).first()
+    if gpu is None:
+        gpu = Gpu.objects.create(uuid=uuid, **wanted)
+        changes.append(f"added {uuid}")
+        return gpu
+    differing = {k: v for k, v in wanted.items() if getattr(gpu, k) != v}
+    if differing:
+        for key, value in differing.items():
+            setattr(gpu, key, value)
+        gpu.save(update_fields=list(differing))
+        changes.append(f"updated {uuid}: {', '.join(sorted(differing))}")
+    return gpu
+
+
+# --- ingest ----------------------------------------------------------------------------------
+
+
+def _clean_sample(
+    sample, *, gpu_ids: dict, oldest: float, newest: float
+) -> tuple[tuple | None, str]:
+    """A sample as a row for GpuSample, or None and why it was rejected."""
+    if not isinstance(sample, dict):
+        return None, "malformed"
+    gpu_id = gpu_ids.get(sample.get("uuid"))
+    if gpu_id is None:
+        return None, "unknown_gpu"
+    ts = sample.get("ts")
+    if isinstance(ts, bool) or not isinstance(ts, (int, float)) or not math.isfinite(ts):
+        return None, "bad_timestamp"
+    if not oldest <= ts <= newest:
+        return None, "timestamp_out_of_range"
+    values = []
+    for name in SAMPLE_COLUMNS[2:]:
+        value = sample.get(name)
+        if value is None:
+            values.append(None)
+            continue
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not math.isfinite(value)
+        ):
+            return None, "bad_value"
+        low, high = SAMPLE_RANGES[name]
+        if not low <= value <= high:
+            return None, "value_out_of_range"
+        values.append(int(value) if name in INTEGER_FIELDS else float(value))
+    return (gpu_id, datetime.fromtimestamp(ts, tz=UTC), *values), ""
+
+
+def telemetry_ingest(*, batch, now: datetime | None = None) -> IngestResult:
+    """Store one agent batch: good samples go in, bad ones are counted by reason and logged.
+
+    Never raises on bad input: a telemetry worker must keep running whatever a node sends."""
+    now = now or timezone.now()
+    result = IngestResult()
+    if not isinstance(batch, dict) or not isinstance(batch.get("samples"), list):
+        result.reject("malformed")
+        _finish(result, node="?", reason="not a batch")
+        return result
+    hostname, seq = batch.get("node"), batch.get("seq")
+    if not isinstance(hostname, str) or isinstance(seq, bool) or not isinstance(seq, int):
+        result.reject("malformed", max(1, len(batch["samples"])))
+        _finish(result, node=str(hostname), reason="batch without node or sequence")
+        return result
+    node = Node.objects.filter(hostname=hostname).first()
+    if node is None:
+        result.reject("unknown_node", len(batch["samples"]))
+        _finish(result, node=hostname, reason="unknown node")
+        return result
+    gpus = {
+        uuid: (pk, health) for pk, uuid, health in node.gpus.values_list("id", "uuid", "health")
+    }
+    gpu_ids = {uuid: pk for uuid, (pk, _) in gpus.items()}
+    oldest = (now - timedelta(days=settings.TELEMETRY_RAW_RETENTION_DAYS)).timestamp()
+    newest = (now + timedelta(seconds=settings.TELEMETRY_MAX_CLOCK_SKEW_SECONDS)).timestamp()
+    rows, health = [], {}
+    for sample in batch["samples"]:
+        row, reason = _clean_sample(sample, gpu_ids=gpu_ids, oldest=oldest, newest=newest)
+        if row is None:
+            result.reject(reason)
+            continue
+        rows.append(row)
+        state = HEALTH_FROM_AGENT.get(sample.get("health"))
+        if state:
+            health[sample["uuid"]] = state
+    with transaction.atomic():
+        _, created = IngestBatch.objects.get_or_create(
+            node=hostname, seq=seq, defaults={"rejected": sum(result.rejected.values())}
+        )
+        if not created:
+            result.duplicate_batch = True
+            result.rejected = {}
+            counter_add("batches_duplicate")
+            return result
+        result.stored = store_samples(rows)
+        IngestBatch.objects.filter(node=hostname, seq=seq).update(stored=result.stored)
+        _node_seen(node, now)
+        _apply_health(gpus, health)
+        counter_add("samples_stored", amount=result.stored)
+        for reason, count in result.rejected.items():
+            counter_add("samples_rejected", reason, count)
+    if result.rejected:
+        logger.warning("telemetry from %s seq %s: rejected %s", hostname, seq, result.rejected)
+    return result
+
+
+def _finish(result: IngestResult, *, node: str, reason: str) -> None:
+    logger.warning("telemetry batch from %s rejected: %s", node, reason)
+    for why, count in result.rejected.items():
+        counter_add("samples_rejected", why, count)
+
+
+def store_samples(rows: list[tuple]) -> int:
+    """Insert sample rows, skipping any (gpu, ts) already stored. Returns rows inserted.
+
+    PostgreSQL: a plain COPY (fastest); only if it meets a duplicate, COPY into a staging table
+    and INSERT ... ON CONFLICT DO NOTHING. SQLite: batched INSERT OR IGNORE."""
+    if not rows:
+        return 0
+    if connection.vendor != "postgresql":
+        before = GpuSample.objects.count()
+        GpuSample.objects.bulk_create(
+            (GpuSample(**dict(zip(SAMPLE_COLUMNS, row, strict=True))) for row in rows),
+            batch_size=500,
+            ignore_conflicts=True,
+        )
+        return GpuSample.objects.count() - before
+    columns = ", ".join(SAMPLE_COLUMNS)
+    try:
+        with (
+            transaction.atomic(),
+            connection.cursor() as cursor,
+            cursor.cursor.copy(f"COPY telemetry_gpusample ({columns}) FROM STDIN") as copy,
+        ):
+            for row in rows:
+                copy.write_row(row)
+        return len(rows)
+    except psycopg.errors.UniqueViolation:
+        pass
+    with connection.cursor() as cursor:
+        create_staging = (
+            "CREATE TEMP TABLE IF NOT EXISTS telemetry_sample_staging ON COMMIT DELETE ROWS AS "
+            f"SELECT {columns} FROM telemetry_gpusample WITH NO DATA"  # noqa: S608 - constants
+        )
+        cursor.execute(create_staging)
+        with cursor.cursor.copy(f"COPY telemetry_sample_staging ({columns}) FROM STDIN") as copy:
+            for row in rows:
+                copy.write_row(row)
+        insert = (
+            f"INSERT INTO telemetry_gpusample ({columns}) "  # noqa: S608 - constant columns
+            f"SELECT {columns} FROM telemetry_sample_staging ON CONFLICT (gpu_id, ts) DO NOTHING"
+        )
+        cursor.execute(insert)
+        inserted = cursor.rowcount
+        cursor.execute("DELETE FROM telemetry_sample_staging")
+    return inserted
+
+
+def _node_seen(node: Node, now: datetime) -> None:
+    Node.objects.filter(pk=node.pk).update(last_seen=now)
+    if node.status == NodeStatus.UNREACHABLE:
+        node = Node.objects.select_for_update().get(pk=node.pk)
+        if node.status == NodeStatus.UNREACHABLE:
+            _node_back_up(node)
+            node.save(update_fields=["status"])
+
+
+def _node_back_up(node: Node) -> None:
+    node.status = NodeStatus.UP
+    audit_record(
+        actor=None,
+        action="node.up",
+        target=node,
+        before={"status": NodeStatus.UNREACHABLE},
+        after={"status": NodeStatus.UP},
+        reason="the node's agent reported again",
+    )
+
+
+def _apply_health(gpus: dict, reported: dict) -> None:
+    for uuid, state in reported.items():
+        pk, current = gpus[uuid]
+        if state == current:
+            continue
+        gpu = Gpu.objects.select_for_update().select_related("node").get(pk=pk)
+        before = gpu.health
+        gpu.health = state
+        gpu.save(update_fields=["health"])
+        audit_record(
+            actor=None,
+            action=f"gpu.health_{state}",
+            target=gpu,
+            before={"health": before},
+            after={"health": state},
+            reason="reported by NVML",
+        )
+
+
+# --- node health -----------------------------------------------------------------------------
+
+
+def nodes_mark_unreachable(*, now: datetime | None = None) -> list[str]:
+    """Nodes silent for TELEMETRY_MISSED_POLLS_UNREACHABLE polls become unreachable: their GPUs
+    leave the schedulable pool until the agent reports again."""
+    now = now or timezone.now()
+    silence = timedelta(
+        seconds=settings.TELEMETRY_POLL_SECONDS * settings.TELEMETRY_MISSED_POLLS_UNREACHABLE
+    )
+    marked = []
+    with transaction.atomic():
+        stale = Node.objects.select_for_update(skip_locked=True).filter(
+            status=NodeStatus.UP, last_seen__lt=now - silence
+        )
+        for node in stale:
+            node.status = NodeStatus.UNREACHABLE
+            node.save(update_fields=["status"])
+            audit_record(
+                actor=None,
+                action="node.unreachable",
+                target=node,
+                before={"status": NodeStatus.UP},
+                after={"status": NodeStatus.UNREACHABLE},
+                reason=f"no telemetry since {node.last_seen:%Y-%m-%d %H:%M:%S} UTC",
+            )
+            marked.append(node.hostname)
+    return marked
+
+
+# --- retention -------------------------------------------------------------------------------
+
+RETENTION_BATCH = 10_000
+
+
+def _delete_in_batches(queryset) -> int:
+    """Delete by primary-key batches: each statement is short, so ingest never waits long."""
+    deleted = 0
+    while True:
+        ids = list(queryset.values_list("pk", flat=True)[:RETENTION_BATCH])
+        if not ids:
+            return deleted
+        deleted += queryset.model.objects.filter(pk__in=ids).delete()[0]
+
+
+def telemetry_retention(*, now: datetime | None = None) -> dict[str, int]:
+    """Drop raw samples and batch keys past TELEMETRY_RAW_RETENTION_DAYS and minute rollups
+    past TELEMETRY_MINUTE_RETENTION_DAYS. Hour rollups are kept."""
+    from apps.telemetry.models import GpuMinuteRollup
+
+    now = now or timezone.now()
+    raw_cutoff = now - timedelta(days=settings.TELEMETRY_RAW_RETENTION_DAYS)
+    minute_cutoff = now - timedelta(days=settings.TELEMETRY_MINUTE_RETENTION_DAYS)
+    return {
+        "samples": _delete_in_batches(GpuSample.objects.filter(ts__lt=raw_cutoff)),
+        "batches": _delete_in_batches(IngestBatch.objects.filter(received_at__lt=raw_cutoff)),
+        "minute_rollups": _delete_in_batches(
+            GpuMinuteRollup.objects.filter(bucket__lt=minute_cutoff)
+        ),
+    }

@@ -1,0 +1,55 @@
+"""Thin Celery tasks of the telemetry pipeline; the work is in services, rollups and idle."""
+
+from dataclasses import asdict
+from datetime import timedelta
+
+from celery import current_app, shared_task
+from django.conf import settings
+from django.utils import timezone
+
+from apps.fleet.choices import NodeStatus
+from apps.fleet.models import Node
+from apps.telemetry import idle, rollups, services
+
+
+@shared_task(name="telemetry.ingest")
+def ingest(batch) -> dict:
+    """One batch from a node agent (acks late: a worker killed mid-batch gets it again, and
+    the batch key makes the second delivery harmless)."""
+    return asdict(services.telemetry_ingest(batch=batch))
+
+
+@shared_task(name="telemetry.register_node")
+def register_node(inventory) -> str:
+    return services.node_register(inventory=inventory).hostname
+
+
+@shared_task(name="telemetry.poll_fleet")
+def poll_fleet() -> int:
+    """Ask every node's agent for a reading. The message expires with the poll interval, so a
+    dead node's queue never piles up stale polls."""
+    hostnames = Node.objects.exclude(status=NodeStatus.RETIRED).values_list("hostname", flat=True)
+    for hostname in hostnames:
+        current_app.send_task(
+            "agent.poll", queue=f"node.{hostname}", expires=settings.TELEMETRY_POLL_SECONDS
+        )
+    return len(hostnames)
+
+
+@shared_task(name="telemetry.minutely", time_limit=55, soft_time_limit=50)
+def minutely() -> dict:
+    """Every minute: roll up the last minutes, refresh node health, idle intervals and idle
+    bookings (in that order: idle decisions read the rollups)."""
+    now = timezone.now()
+    return {
+        "minutes": rollups.rollup_minutes(start=now - timedelta(minutes=5), end=now),
+        "hours": rollups.rollup_hours(start=now - timedelta(minutes=5), end=now),
+        "unreachable": services.nodes_mark_unreachable(now=now),
+        "idle_intervals": idle.idle_intervals_update(now=now),
+        "idle_bookings": idle.idle_bookings_check(now=now),
+    }
+
+
+@shared_task(name="telemetry.retention", time_limit=3000, soft_time_limit=2900)
+def retention() -> dict:
+    return services.telemetry_retention()
