@@ -276,8 +276,8 @@ def store_samples(rows: list[tuple]) -> int:
         pass
     with connection.cursor() as cursor:
         create_staging = (
-            "CREATE TEMP TABLE IF NOT EXISTS telemetry_sample_staging ON COMMIT DELETE ROWS AS "
-            f"SELECT {columns} FROM telemetry_gpusample WITH NO DATA"  # noqa: S608 - constants
+            "CREATE TEMP TABLE IF NOT EXISTS telemetry_sample_staging ON COMMIT DELETE ROWS AS "  # noqa: S608
+            f"SELECT {columns} FROM telemetry_gpusample WITH NO DATA"
         )
         cursor.execute(create_staging)
         with cursor.cursor.copy(f"COPY telemetry_sample_staging ({columns}) FROM STDIN") as copy:
