@@ -1,13 +1,17 @@
 """Shared fixtures. The suite runs on real PostgreSQL and Redis and refuses to start without."""
 
 import socket
+from datetime import timedelta
 from urllib.parse import urlparse
 
 import pytest
 from django.conf import settings
+from django.utils import timezone
 from rest_framework.test import APIClient
 
+from apps.fleet.models import GpuModel
 from apps.teams.choices import TeamRole
+from apps.teams.models import Quota
 from tests.factories import (
     FinanceUserFactory,
     MembershipFactory,
@@ -108,4 +112,24 @@ def fleet():
         make_node_with_gpus("h100-a", 8),
         make_node_with_gpus("h100-b", 8),
         make_node_with_gpus("l40s-a", 4, model_name="L40S-48GB"),
+    ]
+
+
+@pytest.fixture
+def tomorrow_9():
+    now = timezone.now()
+    return (now + timedelta(days=1)).replace(hour=9, minute=0, second=0, microsecond=0)
+
+
+@pytest.fixture
+def h100(fleet):
+    return GpuModel.objects.get(name="H100-SXM-80GB")
+
+
+@pytest.fixture
+def quotas(team, other_team, h100):
+    """vision: 4 guaranteed / 12 limit of H100; nlp: 8 / 16."""
+    return [
+        Quota.objects.create(team=team, gpu_model=h100, guaranteed=4, limit=12),
+        Quota.objects.create(team=other_team, gpu_model=h100, guaranteed=8, limit=16),
     ]

@@ -65,26 +65,32 @@ ON CONFLICT (gpu_id, bucket) DO UPDATE SET
 """
 
 HOUR_SQL = """
+WITH grouped AS (
+    SELECT m.gpu_id, date_trunc('hour', m.bucket) AS hour, sum(m.samples) AS samples,
+           sum(m.util_avg * m.samples)
+               / nullif(sum(m.samples) FILTER (WHERE m.util_avg IS NOT NULL), 0) AS util_avg,
+           max(m.util_max) AS util_max,
+           sum(m.mem_used_avg_mib * m.samples)
+               / nullif(sum(m.samples) FILTER (WHERE m.mem_used_avg_mib IS NOT NULL), 0) AS mem_avg,
+           max(m.mem_used_max_mib) AS mem_max,
+           sum(m.power_avg_w * m.samples)
+               / nullif(sum(m.samples) FILTER (WHERE m.power_avg_w IS NOT NULL), 0) AS power_avg,
+           sum(m.energy_j) AS energy_j, sum(m.busy_seconds) AS busy_seconds
+    FROM telemetry_gpuminuterollup m
+    WHERE m.bucket >= %(start)s AND m.bucket < %(end)s
+    GROUP BY m.gpu_id, date_trunc('hour', m.bucket)
+)
 INSERT INTO telemetry_gpuhourrollup
     (gpu_id, bucket, team_id, samples, util_avg, util_max, mem_used_avg_mib, mem_used_max_mib,
      power_avg_w, energy_j, busy_seconds)
-SELECT m.gpu_id, date_trunc('hour', m.bucket) AS hour,
+SELECT g.gpu_id, g.hour,
        (SELECT m2.team_id FROM telemetry_gpuminuterollup m2
-        WHERE m2.gpu_id = m.gpu_id AND date_trunc('hour', m2.bucket) = date_trunc('hour', m.bucket)
+        WHERE m2.gpu_id = g.gpu_id
+          AND m2.bucket >= g.hour AND m2.bucket < g.hour + interval '1 hour'
         GROUP BY m2.team_id ORDER BY count(*) DESC, m2.team_id LIMIT 1),
-       sum(m.samples),
-       sum(m.util_avg * m.samples)
-           / nullif(sum(m.samples) FILTER (WHERE m.util_avg IS NOT NULL), 0),
-       max(m.util_max),
-       sum(m.mem_used_avg_mib * m.samples)
-           / nullif(sum(m.samples) FILTER (WHERE m.mem_used_avg_mib IS NOT NULL), 0),
-       max(m.mem_used_max_mib),
-       sum(m.power_avg_w * m.samples)
-           / nullif(sum(m.samples) FILTER (WHERE m.power_avg_w IS NOT NULL), 0),
-       sum(m.energy_j), sum(m.busy_seconds)
-FROM telemetry_gpuminuterollup m
-WHERE m.bucket >= %(start)s AND m.bucket < %(end)s
-GROUP BY m.gpu_id, date_trunc('hour', m.bucket)
+       g.samples, g.util_avg, g.util_max, g.mem_avg, g.mem_max, g.power_avg, g.energy_j,
+       g.busy_seconds
+FROM grouped g
 ON CONFLICT (gpu_id, bucket) DO UPDATE SET
     team_id = EXCLUDED.team_id, samples = EXCLUDED.samples, util_avg = EXCLUDED.util_avg,
     util_max = EXCLUDED.util_max, mem_used_avg_mib = EXCLUDED.mem_used_avg_mib,
