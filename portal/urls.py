@@ -13,6 +13,7 @@ from apps.reservations.api import (
 from apps.reservations.views import quota_admin_view
 from apps.teams.api import QuotaViewSet, TeamViewSet
 from apps.teams.views import home_view
+from apps.telemetry.api import GpuTelemetryView, IdleView
 from portal import views
 
 router = DefaultRouter()
@@ -39,6 +40,8 @@ urlpatterns = [
         AvailabilityTimelineView.as_view(),
         name="availability-timeline",
     ),
+    path("api/v1/telemetry/gpus/<int:pk>/", GpuTelemetryView.as_view(), name="gpu-telemetry"),
+    path("api/v1/idle/", IdleView.as_view(), name="idle"),
     path("api/v1/", include(router.urls)),
     path("api/v1/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/v1/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),

@@ -7,7 +7,7 @@ from django.http import HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.views.decorators.cache import never_cache
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from apps.fleet.selectors import fleet_summary
 from portal.celery import app as celery_app
@@ -72,10 +72,39 @@ class FleetCollector:
         yield by_model
 
 
+class TelemetryCollector:
+    """Ingest counters kept in the database, so every web process reports the same totals."""
+
+    def collect(self):
+        from apps.telemetry.models import TelemetryCounter
+
+        stored = CounterMetricFamily(
+            "portal_telemetry_samples_stored", "GPU samples stored by ingest."
+        )
+        rejected = CounterMetricFamily(
+            "portal_telemetry_samples_rejected",
+            "GPU samples rejected by ingest.",
+            labels=["reason"],
+        )
+        duplicate = CounterMetricFamily(
+            "portal_telemetry_batches_duplicate", "Telemetry batches delivered again and skipped."
+        )
+        totals = {"samples_stored": 0, "batches_duplicate": 0}
+        for name, reason, value in TelemetryCounter.objects.values_list("name", "reason", "value"):
+            if name == "samples_rejected":
+                rejected.add_metric([reason], value)
+            elif name in totals:
+                totals[name] += value
+        stored.add_metric([], totals["samples_stored"])
+        duplicate.add_metric([], totals["batches_duplicate"])
+        yield from (stored, rejected, duplicate)
+
+
 @never_cache
 def metrics_view(request):
     registry = CollectorRegistry()
     registry.register(FleetCollector())
+    registry.register(TelemetryCollector())
     return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)
 
 
