@@ -1,11 +1,19 @@
 """Celery app of the node agent. Configured from the environment only; no Django, no database."""
 
+import logging
 import os
 import socket
+from pathlib import Path
 
 from celery import Celery
+from celery.signals import worker_ready
+
+from workers.agent.agent import Agent
+from workers.agent.backends import make_reader
 
 BACKENDS = ("real", "simulated")
+PORTAL_QUEUE = "portal"
+logger = logging.getLogger(__name__)
 
 
 def node_queue(hostname: str) -> str:
@@ -21,10 +29,28 @@ def broker_url() -> str:
     return url
 
 
-def create_app(*, hostname: str | None = None, backend: str = "simulated") -> Celery:
+def _transport_options(url: str) -> dict:
+    if not url.startswith("filesystem://"):
+        return {"visibility_timeout": 3600}
+    # The demo's embedded broker: the same folders the portal uses (AGENT_BROKER_DIR).
+    folder = Path(os.environ.get("AGENT_BROKER_DIR", "var/broker"))
+    (folder / "queue").mkdir(parents=True, exist_ok=True)
+    return {
+        "data_folder_in": str(folder / "queue"),
+        "data_folder_out": str(folder / "queue"),
+        "processed_folder": str(folder / "processed"),
+        "store_processed": False,
+    }
+
+
+def create_app(
+    *, hostname: str | None = None, backend: str = "simulated", **simulated_options
+) -> Celery:
     hostname = hostname or socket.gethostname()
-    app = Celery("gpu_agent", broker=broker_url())
+    url = broker_url()
+    app = Celery("gpu_agent", broker=url)
     app.conf.update(
+        broker_transport_options=_transport_options(url),
         task_serializer="json",
         accept_content=["json"],
         task_ignore_result=True,
@@ -36,12 +62,34 @@ def create_app(*, hostname: str | None = None, backend: str = "simulated") -> Ce
         broker_connection_retry_on_startup=True,
         worker_hijack_root_logger=False,
     )
-    app.conf.agent_hostname = hostname
-    app.conf.agent_backend = backend
+
+    def send(task_name: str, payload: dict) -> None:
+        app.send_task(task_name, args=[payload], queue=PORTAL_QUEUE, retry=False)
+
+    agent = Agent(
+        hostname=hostname,
+        backend=backend,
+        reader=make_reader(backend, hostname, **simulated_options),
+        send=send,
+    )
+    app.conf.agent = agent
 
     @app.task(name="agent.ping")
     def ping() -> dict:
         """Liveness probe: which node answered and with which NVML backend."""
         return {"hostname": hostname, "backend": backend}
+
+    @app.task(name="agent.poll", acks_late=False)
+    def poll() -> dict:
+        """Read the GPUs and send one batch. Not acked late: a poll lost with a dying agent is
+        simply the next poll's job, never worth repeating."""
+        return agent.poll()
+
+    @worker_ready.connect(weak=False)
+    def register(sender=None, **kwargs) -> None:
+        try:
+            agent.register()
+        except Exception:  # noqa: BLE001 - the next start or poll cycle registers again
+            logger.exception("could not register %s with the portal", hostname)
 
     return app
