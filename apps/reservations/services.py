@@ -271,12 +271,18 @@ def reservation_create(
         )
 
 
-def _may_manage(user, reservation: Reservation) -> bool:
+def _require_manager(user, reservation: Reservation, verb: str) -> None:
+    """The booker, the team's admins and platform admins may change a booking."""
     if is_platform_admin(user) or reservation.created_by_id == user.pk:
-        return True
-    return Membership.objects.filter(
+        return
+    if Membership.objects.filter(
         user=user, team_id=reservation.team_id, role=TeamRole.TEAM_ADMIN
-    ).exists()
+    ).exists():
+        return
+    raise PolicyRefusal(
+        f"Only the person who booked it, a team admin or a platform admin may {verb} it.",
+        code="not_owner",
+    )
 
 
 def _lock(reservation: Reservation) -> Reservation:
@@ -303,7 +309,8 @@ def _require_open(reservation: Reservation, verb: str) -> None:
         )
 
 
-def _notify_team(reservation: Reservation, subject: str, body: str) -> None:
+def notify_team(reservation: Reservation, subject: str, body: str) -> None:
+    """Email the booker and the team's admins once the transaction commits."""
     admins = Membership.objects.filter(
         team_id=reservation.team_id, role=TeamRole.TEAM_ADMIN
     ).values_list("user__email", flat=True)
@@ -321,11 +328,7 @@ def reservation_cancel(*, reservation: Reservation, actor, reason: str = "") -> 
     A platform admin cancelling someone else's booking is a forced cancel: it needs a reason,
     is audited, and the team is told why."""
     reservation = _lock(reservation)
-    if not _may_manage(actor, reservation):
-        raise PolicyRefusal(
-            "Only the person who booked it, a team admin or a platform admin may cancel it.",
-            code="not_owner",
-        )
+    _require_manager(actor, reservation, "cancel")
     _require_open(reservation, "cancelled")
     forced = (
         is_platform_admin(actor)
@@ -349,7 +352,7 @@ def reservation_cancel(*, reservation: Reservation, actor, reason: str = "") -> 
             after={"status": reservation.status},
             reason=reason,
         )
-        _notify_team(
+        notify_team(
             reservation,
             f"Your GPU reservation #{reservation.pk} was cancelled by a platform admin",
             f"{reservation} was cancelled by {actor.get_username()}.\n\nReason: {reason}\n",
@@ -361,11 +364,7 @@ def reservation_cancel(*, reservation: Reservation, actor, reason: str = "") -> 
 def reservation_extend(*, reservation: Reservation, actor, new_end: datetime) -> Reservation:
     """Move the end later, keeping the same GPUs; refused (409) if any of them is taken."""
     reservation = _lock(reservation)
-    if not _may_manage(actor, reservation):
-        raise PolicyRefusal(
-            "Only the person who booked it, a team admin or a platform admin may extend it.",
-            code="not_owner",
-        )
+    _require_manager(actor, reservation, "extend")
     _require_open(reservation, "extended")
     policy = BookingPolicy.from_settings()
     if new_end <= reservation.end:
@@ -450,7 +449,7 @@ def reservation_release(*, reservation: Reservation, reason: str, actor=None) ->
         },
         reason=reason,
     )
-    _notify_team(
+    notify_team(
         reservation,
         f"Your GPU reservation #{reservation.pk} was released",
         f"{reservation} was released early: {reason}\n",
@@ -516,7 +515,7 @@ def reservations_relocate_off_gpus(
             reason="GPU taken out of service",
         )
     for reservation, gpus in lost.values():
-        _notify_team(
+        notify_team(
             reservation,
             f"GPU reservation #{reservation.pk} lost {len(gpus)} GPU(s)",
             f"{', '.join(gpus)} left service and no other {reservation.gpu_model.name} GPU is "

@@ -8,7 +8,6 @@ have run for the window (the minutely task does both, in that order).
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.core.mail import send_mail
 from django.db import transaction
 from django.db.models import Count, Max
 from django.utils import timezone
@@ -16,9 +15,7 @@ from django.utils import timezone
 from apps.fleet.models import Gpu
 from apps.reservations.choices import ReservationStatus
 from apps.reservations.models import Reservation, ReservationGpu
-from apps.reservations.services import reservation_release
-from apps.teams.choices import TeamRole
-from apps.teams.models import Membership
+from apps.reservations.services import notify_team, reservation_release
 from apps.telemetry.choices import IdleKind
 from apps.telemetry.models import GpuMinuteRollup, IdleInterval, IdleWarning
 
@@ -44,17 +41,6 @@ def _idle_over(gpu_ids: list[int], start: datetime, end: datetime) -> bool:
         if row["peak"] is None or row["peak"] >= settings.IDLE_UTIL_PERCENT:
             return False
     return True
-
-
-def _notify(reservation: Reservation, subject: str, body: str) -> None:
-    admins = Membership.objects.filter(
-        team_id=reservation.team_id, role=TeamRole.TEAM_ADMIN
-    ).values_list("user__email", flat=True)
-    recipients = sorted({reservation.created_by.email, *admins} - {""})
-    if recipients:
-        transaction.on_commit(
-            lambda: send_mail(subject, body, None, recipients, fail_silently=True)
-        )
 
 
 def idle_bookings_check(*, now: datetime | None = None) -> dict[str, int]:
@@ -93,7 +79,7 @@ def idle_bookings_check(*, now: datetime | None = None) -> dict[str, int]:
                     warned_at=now,
                     reason=f"below {settings.IDLE_UTIL_PERCENT}% since {since:%H:%M} UTC",
                 )
-                _notify(
+                notify_team(
                     reservation,
                     f"GPU reservation #{reservation.pk} is idle",
                     f"{reservation} has used its GPUs below {settings.IDLE_UTIL_PERCENT}% since "

@@ -135,6 +135,17 @@ def rollup_minutes(*, start: datetime, end: datetime, portable: bool | None = No
         return len(rows)
 
 
+def _upsert(model, rows: list) -> int:
+    model.objects.bulk_create(
+        rows,
+        batch_size=1000,
+        update_conflicts=True,
+        unique_fields=["gpu", "bucket"],
+        update_fields=ROLLUP_FIELDS,
+    )
+    return len(rows)
+
+
 def _holders(start: datetime, end: datetime) -> dict[int, list[tuple[datetime, datetime, int]]]:
     holders: dict[int, list[tuple[datetime, datetime, int]]] = defaultdict(list)
     for gpu_id, s, e, team_id in ReservationGpu.objects.filter(
