@@ -14,7 +14,7 @@ pytestmark = pytest.mark.django_db
 
 def test_gpu_series_is_downsampled_to_the_step(member, fleet, h100, now):
     gpu = h100.gpus.order_by("id").first()
-    start = now.replace(second=0) - timedelta(minutes=10)
+    start = now.replace(minute=now.minute - now.minute % 5, second=0) - timedelta(minutes=10)
     store_samples(
         [
             (gpu.id, start + timedelta(seconds=15 * i), i % 100, 1, 100, 200.0, 40, 0)
