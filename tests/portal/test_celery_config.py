@@ -1,0 +1,20 @@
+"""Delivery guarantees the telemetry and booking pipelines rely on (DESIGN rule 4)."""
+
+from portal.celery import app
+
+
+def test_tasks_are_acked_late_and_requeued_when_a_worker_dies():
+    assert app.conf.task_acks_late is True
+    assert app.conf.task_reject_on_worker_lost is True
+    assert app.conf.worker_prefetch_multiplier == 1
+    assert app.conf.task_serializer == "json" and app.conf.accept_content == ["json"]
+
+
+def test_beat_schedules_the_periodic_work_with_expiry():
+    schedule = app.conf.beat_schedule
+    assert {entry["task"] for entry in schedule.values()} >= {
+        "reservations.lifecycle_tick", "telemetry.poll_fleet", "telemetry.minutely",
+        "telemetry.retention",
+    }
+    poll = schedule["telemetry-poll-fleet"]
+    assert poll["options"]["expires"] == poll["schedule"]  # a dead node never piles up polls
