@@ -7,13 +7,14 @@ sample that arrives again in another batch is dropped, not doubled.
 
 import logging
 import math
+import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 import psycopg
 from django.conf import settings
-from django.db import connection, transaction
-from django.db.models import F
+from django.db import IntegrityError, connection, transaction
+from django.db.models import F, Sum
 from django.utils import timezone
 
 from apps.audit.services import audit_record
@@ -199,46 +200,86 @@ def telemetry_ingest(*, batch, now: datetime | None = None) -> IngestResult:
         result.reject("malformed", max(1, len(batch["samples"])))
         _finish(result, node=str(hostname), reason="batch without node or sequence")
         return result
-    node = Node.objects.filter(hostname=hostname).first()
-    if node is None:
-        result.reject("unknown_node", len(batch["samples"]))
-        _finish(result, node=hostname, reason="unknown node")
-        return result
-    gpus = {
-        uuid: (pk, health) for pk, uuid, health in node.gpus.values_list("id", "uuid", "health")
-    }
+    with transaction.atomic():
+        node_id = _node_seen(hostname, now)
+        if node_id is None:
+            result.reject("unknown_node", len(batch["samples"]))
+            _finish(result, node=hostname, reason="unknown node")
+            return result
+        gpus = _node_gpus(node_id)
+        if any(isinstance(x, dict) and x.get("uuid") not in gpus for x in batch["samples"]):
+            gpus = _node_gpus(node_id, refresh=True)  # the node may have re-registered
+        rows, health = _clean_batch(batch["samples"], gpus, now, result)
+        if not _claim_batch(
+            hostname, seq, now=now, stored=len(rows), rejected=sum(result.rejected.values())
+        ):
+            result.duplicate_batch = True
+            result.rejected = {}
+            counter_add("batches_duplicate")
+            return result
+        try:
+            result.stored = store_samples(rows)
+        except IntegrityError:
+            _gpu_maps.pop(node_id, None)  # a GPU vanished under the cached map; retry afresh
+            raise
+        if result.stored != len(rows):
+            IngestBatch.objects.filter(node=hostname, seq=seq).update(stored=result.stored)
+        if health:
+            _apply_health(gpus, health)
+        for reason, count in result.rejected.items():
+            counter_add("samples_rejected", reason, count)
+    if result.rejected:
+        logger.warning("telemetry from %s seq %s: rejected %s", hostname, seq, result.rejected)
+    return result
+
+
+def _clean_batch(samples: list, gpus: dict, now: datetime, result: IngestResult):
+    """Rows to store, and health states that differ from what the portal knows."""
     gpu_ids = {uuid: pk for uuid, (pk, _) in gpus.items()}
     oldest = (now - timedelta(days=settings.TELEMETRY_RAW_RETENTION_DAYS)).timestamp()
     newest = (now + timedelta(seconds=settings.TELEMETRY_MAX_CLOCK_SKEW_SECONDS)).timestamp()
     rows, health = [], {}
-    for sample in batch["samples"]:
+    for sample in samples:
         row, reason = _clean_sample(sample, gpu_ids=gpu_ids, oldest=oldest, newest=newest)
         if row is None:
             result.reject(reason)
             continue
         rows.append(row)
         state = HEALTH_FROM_AGENT.get(sample.get("health"))
-        if state:
+        if state and state != gpus[sample["uuid"]][1]:
             health[sample["uuid"]] = state
-    with transaction.atomic():
-        _, created = IngestBatch.objects.get_or_create(
-            node=hostname, seq=seq, defaults={"rejected": sum(result.rejected.values())}
+    return rows, health
+
+
+# Per-process map of each node's GPUs, so a batch of 8 samples does not cost a lookup. A GPU
+# missing from the map triggers a refresh; health changes are re-checked under a row lock.
+GPU_MAP_SECONDS = 30.0
+_gpu_maps: dict[int, tuple[float, dict[str, tuple[int, str]]]] = {}
+
+
+def _node_gpus(node_id: int, *, refresh: bool = False) -> dict[str, tuple[int, str]]:
+    cached = _gpu_maps.get(node_id)
+    if cached and not refresh and cached[0] > time.monotonic():
+        return cached[1]
+    gpus = {
+        uuid: (pk, health)
+        for pk, uuid, health in Gpu.objects.filter(node_id=node_id)
+        .order_by()
+        .values_list("id", "uuid", "health")
+    }
+    _gpu_maps[node_id] = (time.monotonic() + GPU_MAP_SECONDS, gpus)
+    return gpus
+
+
+def _claim_batch(hostname: str, seq: int, *, now: datetime, stored: int, rejected: int) -> bool:
+    """Record the batch key; False if it was already there (a redelivery)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO telemetry_ingestbatch (node, seq, received_at, stored, rejected) "
+            "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (node, seq) DO NOTHING RETURNING id",
+            [hostname, seq, now, stored, rejected],
         )
-        if not created:
-            result.duplicate_batch = True
-            result.rejected = {}
-            counter_add("batches_duplicate")
-            return result
-        result.stored = store_samples(rows)
-        IngestBatch.objects.filter(node=hostname, seq=seq).update(stored=result.stored)
-        _node_seen(node, now)
-        _apply_health(gpus, health)
-        counter_add("samples_stored", amount=result.stored)
-        for reason, count in result.rejected.items():
-            counter_add("samples_rejected", reason, count)
-    if result.rejected:
-        logger.warning("telemetry from %s seq %s: rejected %s", hostname, seq, result.rejected)
-    return result
+        return cursor.fetchone() is not None
 
 
 def _finish(result: IngestResult, *, node: str, reason: str) -> None:
@@ -255,7 +296,7 @@ def store_samples(rows: list[tuple]) -> int:
     if not rows:
         return 0
     if connection.vendor != "postgresql":
-        before = GpuSample.objects.count()
+        before = GpuSample.objects.count()  # SQLite: the demo's small batches
         GpuSample.objects.bulk_create(
             (GpuSample(**dict(zip(SAMPLE_COLUMNS, row, strict=True))) for row in rows),
             batch_size=500,
@@ -274,7 +315,8 @@ def store_samples(rows: list[tuple]) -> int:
         return len(rows)
     except psycopg.errors.UniqueViolation:
         pass
-    with connection.cursor() as cursor:
+    # In one transaction: the staging table empties itself at commit.
+    with transaction.atomic(), connection.cursor() as cursor:
         create_staging = (
             "CREATE TEMP TABLE IF NOT EXISTS telemetry_sample_staging ON COMMIT DELETE ROWS AS "  # noqa: S608
             f"SELECT {columns} FROM telemetry_gpusample WITH NO DATA"
@@ -293,13 +335,24 @@ def store_samples(rows: list[tuple]) -> int:
     return inserted
 
 
-def _node_seen(node: Node, now: datetime) -> None:
-    Node.objects.filter(pk=node.pk).update(last_seen=now)
-    if node.status == NodeStatus.UNREACHABLE:
-        node = Node.objects.select_for_update().get(pk=node.pk)
+def _node_seen(hostname: str, now: datetime) -> int | None:
+    """Stamp the node as heard from (one statement); bring it back up if it was unreachable.
+    Returns its id, or None for a node the portal does not know."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE fleet_node SET last_seen = %s WHERE hostname = %s RETURNING id, status",
+            [now, hostname],
+        )
+        found = cursor.fetchone()
+    if found is None:
+        return None
+    node_id, status = found
+    if status == NodeStatus.UNREACHABLE:
+        node = Node.objects.select_for_update().get(pk=node_id)
         if node.status == NodeStatus.UNREACHABLE:
             _node_back_up(node)
             node.save(update_fields=["status"])
+    return node_id
 
 
 def _node_back_up(node: Node) -> None:
@@ -316,10 +369,11 @@ def _node_back_up(node: Node) -> None:
 
 def _apply_health(gpus: dict, reported: dict) -> None:
     for uuid, state in reported.items():
-        pk, current = gpus[uuid]
-        if state == current:
-            continue
+        pk, _ = gpus[uuid]
         gpu = Gpu.objects.select_for_update().select_related("node").get(pk=pk)
+        gpus[uuid] = (pk, state)
+        if gpu.health == state:  # another worker applied it already
+            continue
         before = gpu.health
         gpu.health = state
         gpu.save(update_fields=["health"])
@@ -386,9 +440,12 @@ def telemetry_retention(*, now: datetime | None = None) -> dict[str, int]:
     now = now or timezone.now()
     raw_cutoff = now - timedelta(days=settings.TELEMETRY_RAW_RETENTION_DAYS)
     minute_cutoff = now - timedelta(days=settings.TELEMETRY_MINUTE_RETENTION_DAYS)
+    old_batches = IngestBatch.objects.filter(received_at__lt=raw_cutoff)
+    # Stored-sample totals live on the batch keys; keep them when the keys go.
+    counter_add("samples_stored_archived", amount=old_batches.aggregate(n=Sum("stored"))["n"] or 0)
     return {
         "samples": _delete_in_batches(GpuSample.objects.filter(ts__lt=raw_cutoff)),
-        "batches": _delete_in_batches(IngestBatch.objects.filter(received_at__lt=raw_cutoff)),
+        "batches": _delete_in_batches(old_batches),
         "minute_rollups": _delete_in_batches(
             GpuMinuteRollup.objects.filter(bucket__lt=minute_cutoff)
         ),

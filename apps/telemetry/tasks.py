@@ -5,6 +5,7 @@ from datetime import timedelta
 
 from celery import current_app, shared_task
 from django.conf import settings
+from django.db import IntegrityError
 from django.utils import timezone
 
 from apps.fleet.choices import NodeStatus
@@ -12,10 +13,12 @@ from apps.fleet.models import Node
 from apps.telemetry import idle, rollups, services
 
 
-@shared_task(name="telemetry.ingest")
+@shared_task(
+    name="telemetry.ingest", autoretry_for=(IntegrityError,), max_retries=3, retry_backoff=True
+)
 def ingest(batch) -> dict:
     """One batch from a node agent (acks late: a worker killed mid-batch gets it again, and
-    the batch key makes the second delivery harmless)."""
+    the batch key makes the second delivery harmless). Retried if a GPU vanished mid-way."""
     return asdict(services.telemetry_ingest(batch=batch))
 
 
