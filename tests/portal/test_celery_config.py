@@ -13,7 +13,9 @@ def test_tasks_are_acked_late_and_requeued_when_a_worker_dies():
 def test_beat_schedules_the_periodic_work_with_expiry():
     schedule = app.conf.beat_schedule
     assert {entry["task"] for entry in schedule.values()} >= {
-        "reservations.lifecycle_tick", "telemetry.poll_fleet", "telemetry.minutely",
+        "reservations.lifecycle_tick",
+        "telemetry.poll_fleet",
+        "telemetry.minutely",
         "telemetry.retention",
     }
     poll = schedule["telemetry-poll-fleet"]

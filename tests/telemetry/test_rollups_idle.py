@@ -8,7 +8,13 @@ from apps.reservations.models import Reservation
 from apps.reservations.services import reservation_create
 from apps.telemetry.choices import IdleKind
 from apps.telemetry.idle import idle_bookings_check, idle_intervals_update
-from apps.telemetry.models import GpuHourRollup, GpuMinuteRollup, GpuSample, IdleInterval
+from apps.telemetry.models import (
+    GpuHourRollup,
+    GpuMinuteRollup,
+    GpuSample,
+    IdleInterval,
+    IdleWarning,
+)
 from apps.telemetry.rollups import rollup_hours, rollup_minutes
 from apps.telemetry.services import store_samples, telemetry_retention
 
@@ -193,3 +199,20 @@ def test_retention_drops_old_raw_samples_in_batches(fleet, h100, now, settings):
     )
     assert telemetry_retention(now=now)["samples"] == 30
     assert GpuSample.objects.count() == 5
+
+
+def test_no_show_booking_is_warned_before_a_full_idle_window(
+    fleet, member, quotas, h100, now, settings
+):
+    settings.IDLE_NO_SHOW_MINUTES = 15
+    minute = now.replace(second=0, microsecond=0)
+    start = minute - timedelta(minutes=20)
+    reservation = _active_booking(member, quotas, h100, now, count=1)
+    Reservation.objects.filter(pk=reservation.pk).update(start=start)
+    reservation.holdings.update(start=start)
+    _feed([reservation.holdings.get().gpu], start, 20, util=lambda gpu, i: 0)
+    rollup_minutes(start=start, end=minute)
+    assert idle_bookings_check(now=now)["warned"] == 1
+    settings.IDLE_NO_SHOW_MINUTES = 25  # not yet a no-show, and younger than the idle window
+    IdleWarning.objects.all().delete()
+    assert idle_bookings_check(now=now)["warned"] == 0

@@ -1,0 +1,62 @@
+"""The telemetry pipeline on SQLite (the demo's database), run as a script by the test suite:
+`python -m tests.telemetry.sqlite_pipeline` with DATABASE_URL pointing at a fresh file."""
+
+import json
+import os
+from datetime import timedelta
+
+
+def main() -> None:
+    import django
+
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+    django.setup()
+    from django.core.management import call_command
+    from django.db import connection
+    from django.utils import timezone
+
+    from apps.telemetry.idle import idle_intervals_update
+    from apps.telemetry.models import GpuMinuteRollup, GpuSample, IdleInterval
+    from apps.telemetry.rollups import rollup_hours, rollup_minutes
+    from apps.telemetry.services import node_register, telemetry_ingest
+    from workers.agent.agent import Agent
+    from workers.agent.backends import make_reader
+
+    call_command("migrate", verbosity=0)
+    sent = []
+    reader = make_reader("simulated", "sqlite-node", gpu_count=4, profile="busy")
+    agent = Agent(
+        hostname="sqlite-node",
+        backend="simulated",
+        reader=reader,
+        send=lambda task, payload: sent.append((task, payload)),
+    )
+    agent.register()
+    node_register(inventory=sent[0][1])
+    for _ in range(6):
+        agent.poll()
+    batches = [payload for task, payload in sent if task == "telemetry.ingest"]
+    stored = [telemetry_ingest(batch=b).stored for b in batches]
+    again = telemetry_ingest(batch=batches[0])
+    now = timezone.now()
+    minutes = rollup_minutes(start=now - timedelta(minutes=5), end=now + timedelta(minutes=1))
+    hours = rollup_hours(start=now - timedelta(minutes=5), end=now + timedelta(minutes=1))
+    idle_intervals_update(now=now + timedelta(minutes=1))
+    print(
+        json.dumps(
+            {
+                "vendor": connection.vendor,
+                "stored": stored,
+                "duplicate": again.duplicate_batch,
+                "samples": GpuSample.objects.count(),
+                "minute_rows": minutes,
+                "minute_rollups": GpuMinuteRollup.objects.count(),
+                "hour_rows": hours,
+                "unallocated": IdleInterval.objects.filter(kind="unallocated").count(),
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
