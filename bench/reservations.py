@@ -29,28 +29,12 @@ import django  # noqa: E402
 
 django.setup()
 
-import psycopg  # noqa: E402
-from django.conf import settings  # noqa: E402
-from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
+from bench.common import recreate_database  # noqa: E402
+
 GPUS, BOOKINGS, HTTP_CLIENTS = 1000, 20000, 16
-
-
-def recreate_database() -> None:
-    db = settings.DATABASES["default"]
-    admin = psycopg.connect(
-        host=db["HOST"] or "127.0.0.1",
-        port=db["PORT"] or 5432,
-        user=db["USER"],
-        dbname="postgres",
-        autocommit=True,
-    )
-    admin.execute(f'DROP DATABASE IF EXISTS "{db["NAME"]}" WITH (FORCE)')
-    admin.execute(f'CREATE DATABASE "{db["NAME"]}"')
-    admin.close()
-    call_command("migrate", verbosity=0)
 
 
 def build_fleet_and_bookings(now):

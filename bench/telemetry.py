@@ -80,25 +80,6 @@ def setup_django(database_url: str, redis_url: str) -> None:
     django.setup()
 
 
-def recreate_database() -> None:
-    import psycopg
-    from django.conf import settings
-    from django.core.management import call_command
-
-    db = settings.DATABASES["default"]
-    admin = psycopg.connect(
-        host=db["HOST"] or "127.0.0.1",
-        port=db["PORT"] or 5432,
-        user=db["USER"],
-        dbname="postgres",
-        autocommit=True,
-    )
-    admin.execute(f'DROP DATABASE IF EXISTS "{db["NAME"]}" WITH (FORCE)')
-    admin.execute(f'CREATE DATABASE "{db["NAME"]}"')
-    admin.close()
-    call_command("migrate", verbosity=0)
-
-
 def raw_connection():
     """A psycopg connection of its own (baselines, the lag observer), not Django's."""
     import psycopg
@@ -897,6 +878,8 @@ def main() -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     setup_django(args.database_url, args.redis_url)
     t0 = time.perf_counter()
+    from bench.common import recreate_database
+
     recreate_database()
     print(f"database {os.environ['DATABASE_URL'].rsplit('/', 1)[-1]} rebuilt")
     if args.only in (None, "a"):

@@ -124,15 +124,7 @@ def rollup_minutes(*, start: datetime, end: datetime, portable: bool | None = No
                     },
                 )
                 return cursor.rowcount
-        rows = _portable_minutes(start, end)
-        GpuMinuteRollup.objects.bulk_create(
-            rows,
-            batch_size=1000,
-            update_conflicts=True,
-            unique_fields=["gpu", "bucket"],
-            update_fields=ROLLUP_FIELDS,
-        )
-        return len(rows)
+        return _upsert(GpuMinuteRollup, _portable_minutes(start, end))
 
 
 def _upsert(model, rows: list) -> int:
@@ -210,15 +202,7 @@ def rollup_hours(*, start: datetime, end: datetime, portable: bool | None = None
             with connection.cursor() as cursor:
                 cursor.execute(HOUR_SQL, {"start": start, "end": end})
                 return cursor.rowcount
-        rows = _portable_hours(start, end)
-        GpuHourRollup.objects.bulk_create(
-            rows,
-            batch_size=1000,
-            update_conflicts=True,
-            unique_fields=["gpu", "bucket"],
-            update_fields=ROLLUP_FIELDS,
-        )
-        return len(rows)
+        return _upsert(GpuHourRollup, _portable_hours(start, end))
 
 
 def _weighted(items, index: int) -> float | None:
