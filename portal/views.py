@@ -76,7 +76,9 @@ class TelemetryCollector:
     """Ingest counters kept in the database, so every web process reports the same totals."""
 
     def collect(self):
-        from apps.telemetry.models import TelemetryCounter
+        from django.db.models import Sum
+
+        from apps.telemetry.models import IngestBatch, TelemetryCounter
 
         stored = CounterMetricFamily(
             "portal_telemetry_samples_stored", "GPU samples stored by ingest."
@@ -89,13 +91,14 @@ class TelemetryCollector:
         duplicate = CounterMetricFamily(
             "portal_telemetry_batches_duplicate", "Telemetry batches delivered again and skipped."
         )
-        totals = {"samples_stored": 0, "batches_duplicate": 0}
+        live = IngestBatch.objects.aggregate(n=Sum("stored"))["n"] or 0
+        totals = {"samples_stored_archived": 0, "batches_duplicate": 0}
         for name, reason, value in TelemetryCounter.objects.values_list("name", "reason", "value"):
             if name == "samples_rejected":
                 rejected.add_metric([reason], value)
             elif name in totals:
                 totals[name] += value
-        stored.add_metric([], totals["samples_stored"])
+        stored.add_metric([], live + totals["samples_stored_archived"])
         duplicate.add_metric([], totals["batches_duplicate"])
         yield from (stored, rejected, duplicate)
 
