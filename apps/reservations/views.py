@@ -61,17 +61,17 @@ def reservation_list_view(request):
 
 
 def _timeline_rows(gpu_model, *, days: int = 7, bucket_hours: int = 3):
-    start = timezone.now().replace(minute=0, second=0, microsecond=0)
-    start -= timedelta(hours=start.hour % bucket_hours)
+    """Free GPUs per block for whole UTC days from today, as rows of (moment, free, past);
+    every row has the same blocks so the columns line up."""
+    now = timezone.now()
+    start = now.replace(hour=0, minute=0, second=0, microsecond=0)
+    bucket = timedelta(hours=bucket_hours)
     points = selectors.free_capacity(
-        gpu_model=gpu_model,
-        start=start,
-        end=start + timedelta(days=days),
-        bucket=timedelta(hours=bucket_hours),
+        gpu_model=gpu_model, start=start, end=start + timedelta(days=days), bucket=bucket
     )
     rows = defaultdict(list)
     for moment, free in points:
-        rows[moment.date()].append((moment, free))
+        rows[moment.date()].append((moment, free, moment + bucket <= now))
     return list(rows.items())
 
 

@@ -153,3 +153,16 @@ def test_team_page_shows_quota_usage(client, member, quotas, tomorrow_9):
     client.force_login(member)
     page = client.get("/teams/vision/").content.decode()
     assert "<td>H100-SXM-80GB</td><td>4</td><td>12</td><td>0</td><td>3</td><td>9</td>" in page
+
+
+def test_free_capacity_table_has_aligned_whole_days(client, member, quotas):
+    import re
+
+    client.force_login(member)
+    page = client.get("/reservations/new/", {"gpu_model": "H100-SXM-80GB"}).content.decode()
+    table = page[page.index('data-testid="timeline"') :]
+    table = table[: table.index("</table>")]
+    rows = re.findall(r"<tr><th scope=\"row\">.*?</tr>", table, re.S)
+    assert len(rows) == 7
+    assert {row.count("<td") for row in rows} == {8}  # 00:00 to 21:00 in every row
+    assert re.findall(r'<th scope="col">(\d\d:\d\d)</th>', table)[0] == "00:00"
