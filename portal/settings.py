@@ -232,8 +232,16 @@ IDLE_UTIL_PERCENT = env.int("IDLE_UTIL_PERCENT", default=5)
 IDLE_WINDOW_MINUTES = env.int("IDLE_WINDOW_MINUTES", default=30)
 IDLE_GRACE_MINUTES = env.int("IDLE_GRACE_MINUTES", default=15)
 IDLE_NO_SHOW_MINUTES = env.int("IDLE_NO_SHOW_MINUTES", default=30)
+TELEMETRY_QUEUE = env.str("TELEMETRY_QUEUE", default="telemetry")
+TELEMETRY_DRAIN_SECONDS = env.float("TELEMETRY_DRAIN_SECONDS", default=2.0)
+TELEMETRY_DRAIN_MAX_BATCHES = env.int("TELEMETRY_DRAIN_MAX_BATCHES", default=2000)
 CELERY_BEAT_SCHEDULE.update(
     {
+        "telemetry-drain": {
+            "task": "telemetry.drain",
+            "schedule": TELEMETRY_DRAIN_SECONDS,
+            "options": {"expires": TELEMETRY_DRAIN_SECONDS},
+        },
         "telemetry-poll-fleet": {
             "task": "telemetry.poll_fleet",
             "schedule": float(TELEMETRY_POLL_SECONDS),

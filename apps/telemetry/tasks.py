@@ -3,6 +3,7 @@
 from dataclasses import asdict
 from datetime import timedelta
 
+import psycopg
 from celery import current_app, shared_task
 from django.conf import settings
 from django.db import IntegrityError
@@ -14,12 +15,21 @@ from apps.telemetry import idle, rollups, services
 
 
 @shared_task(
-    name="telemetry.ingest", autoretry_for=(IntegrityError,), max_retries=3, retry_backoff=True
+    name="telemetry.ingest",
+    autoretry_for=(IntegrityError, psycopg.errors.IntegrityError),
+    max_retries=3,
+    retry_backoff=True,
 )
 def ingest(batch) -> dict:
     """One batch from a node agent (acks late: a worker killed mid-batch gets it again, and
     the batch key makes the second delivery harmless). Retried if a GPU vanished mid-way."""
     return asdict(services.telemetry_ingest(batch=batch))
+
+
+@shared_task(name="telemetry.drain", time_limit=60, soft_time_limit=55)
+def drain() -> dict:
+    """Store the batches agents queued since the last drain, in one transaction."""
+    return services.telemetry_drain()
 
 
 @shared_task(name="telemetry.register_node")

@@ -19,6 +19,7 @@ from apps.telemetry.choices import IdleKind
 from apps.telemetry.idle import idle_intervals_update
 from apps.telemetry.models import GpuMinuteRollup, GpuSample, IdleInterval
 from apps.telemetry.rollups import rollup_minutes
+from apps.telemetry.services import telemetry_drain
 from apps.telemetry.tasks import poll_fleet
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -95,7 +96,7 @@ def test_agents_feed_the_portal_end_to_end(settings):
             )
             assert _wait_for(
                 lambda: GpuSample.objects.filter(gpu__node__hostname=second).count() >= 8,
-                poll=poll_fleet,
+                poll=lambda: (poll_fleet(), telemetry_drain()),
             )
             sample = GpuSample.objects.filter(gpu__node__hostname=first).latest("ts")
             assert sample.util_gpu is not None and sample.util_gpu > 50  # "busy" profile
@@ -112,14 +113,14 @@ def test_agents_feed_the_portal_end_to_end(settings):
 
             assert _wait_for(
                 lambda: Node.objects.get(hostname=second).status == NodeStatus.UNREACHABLE,
-                poll=lambda: (poll_fleet(), nodes_mark_unreachable()),
+                poll=lambda: (poll_fleet(), telemetry_drain(), nodes_mark_unreachable()),
                 timeout=30,
             )
             assert Node.objects.get(hostname=first).status == NodeStatus.UP
             agents[second] = _spawn_agent(second)
             assert _wait_for(
                 lambda: Node.objects.get(hostname=second).status == NodeStatus.UP,
-                poll=poll_fleet,
+                poll=lambda: (poll_fleet(), telemetry_drain()),
             )
         finally:
             for process in agents.values():

@@ -13,6 +13,8 @@ from workers.agent.backends import make_reader
 
 BACKENDS = ("real", "simulated")
 PORTAL_QUEUE = "portal"
+# Batches wait here until the portal drains many of them into one transaction.
+TELEMETRY_QUEUE = os.environ.get("TELEMETRY_QUEUE", "telemetry")
 logger = logging.getLogger(__name__)
 
 
@@ -64,7 +66,8 @@ def create_app(
     )
 
     def send(task_name: str, payload: dict) -> None:
-        app.send_task(task_name, args=[payload], queue=PORTAL_QUEUE, retry=False)
+        queue = TELEMETRY_QUEUE if task_name == "telemetry.ingest" else PORTAL_QUEUE
+        app.send_task(task_name, args=[payload], queue=queue, retry=False)
 
     agent = Agent(
         hostname=hostname,
