@@ -203,7 +203,7 @@ def bench_ingest(rounds: int = 4, nodes: int = 1250, per_node: int = 8) -> None:
     from django.db import connection
 
     from apps.telemetry.models import GpuSample
-    from apps.telemetry.services import telemetry_ingest
+    from apps.telemetry.services import telemetry_ingest, telemetry_ingest_many
 
     reset_tables()
     t0 = time.perf_counter()
@@ -256,6 +256,18 @@ def bench_ingest(rounds: int = 4, nodes: int = 1250, per_node: int = 8) -> None:
             per_round.append(time.perf_counter() - t_round)
         return time.perf_counter() - t_all, stored, rejected, per_round
 
+    def run_drained(batches_per_poll):
+        """The production path: beat's drain stores a poll's queued batches in one go."""
+        truncate_samples()
+        stored, t_all = 0, time.perf_counter()
+        for batches in batches_per_poll:
+            stored += sum(r.stored for r in telemetry_ingest_many(batches=batches))
+        return time.perf_counter() - t_all, stored
+
+    drained_s, drained_stored = run_drained(polls)
+    assert drained_stored == total, drained_stored
+    assert GpuSample.objects.count() == total
+
     ours_s, stored, rejected, per_round = run_portal(polls)
     per_batch_statements = dict(statements)
     assert stored == total and rejected == 0, (stored, rejected)
@@ -303,7 +315,12 @@ def bench_ingest(rounds: int = 4, nodes: int = 1250, per_node: int = 8) -> None:
 
     print(f"{'path':66} {'seconds':>8} {'samples/s':>10}")
     lines = [
-        (f"portal telemetry_ingest, {nodes} batches of {per_node} per poll", ours_s, total),
+        (
+            f"portal drain: telemetry_ingest_many, {nodes} batches of {per_node} per call",
+            drained_s,
+            total,
+        ),
+        (f"portal telemetry_ingest one batch at a time, {nodes} per poll", ours_s, total),
         (
             f"portal telemetry_ingest, {len(wide_fleet)} batches of 200 per poll (reference)",
             wide_s,
@@ -326,9 +343,10 @@ def bench_ingest(rounds: int = 4, nodes: int = 1250, per_node: int = 8) -> None:
         + ")"
     )
     print(
-        f"ratio (portal / raw COPY) throughput: {copy_s / ours_s:.3f}   "
-        f"(target >= 50,000 samples/s: {'met' if total / ours_s >= 50_000 else 'NOT met'}; "
-        f"ratio >= 0.5: {'met' if copy_s / ours_s >= 0.5 else 'NOT met'})"
+        f"ratio (portal drain / raw COPY) throughput: {copy_s / drained_s:.3f}   "
+        f"(target >= 50,000 samples/s: {'met' if total / drained_s >= 50_000 else 'NOT met'}; "
+        f"ratio >= 0.5: {'met' if copy_s / drained_s >= 0.5 else 'NOT met'}); "
+        f"one batch at a time: {copy_s / ours_s:.3f}"
     )
 
 

@@ -152,37 +152,39 @@ def _upsert_gpu(uuid: str, wanted: dict, changes: list) -> Gpu:
 # --- ingest ----------------------------------------------------------------------------------
 
 
+_VALUE_CHECKS = tuple(
+    (name, *SAMPLE_RANGES[name], name in INTEGER_FIELDS) for name in SAMPLE_COLUMNS[2:]
+)
+_NUMBER = (int, float)
+
+
 def _clean_sample(
     sample, *, gpu_ids: dict, oldest: float, newest: float
 ) -> tuple[tuple | None, str]:
-    """A sample as a row for GpuSample, or None and why it was rejected."""
-    if not isinstance(sample, dict):
+    """A sample as a row for GpuSample, or None and why it was rejected. (Runs for every
+    sample of every node: kept to plain comparisons.)"""
+    if type(sample) is not dict:
         return None, "malformed"
     gpu_id = gpu_ids.get(sample.get("uuid"))
     if gpu_id is None:
         return None, "unknown_gpu"
     ts = sample.get("ts")
-    if isinstance(ts, bool) or not isinstance(ts, (int, float)) or not math.isfinite(ts):
+    if type(ts) not in _NUMBER or ts != ts or ts in (math.inf, -math.inf):
         return None, "bad_timestamp"
     if not oldest <= ts <= newest:
         return None, "timestamp_out_of_range"
-    values = []
-    for name in SAMPLE_COLUMNS[2:]:
+    row = [gpu_id, datetime.fromtimestamp(ts, tz=UTC)]
+    for name, low, high, integer in _VALUE_CHECKS:
         value = sample.get(name)
         if value is None:
-            values.append(None)
+            row.append(None)
             continue
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, (int, float))
-            or not math.isfinite(value)
-        ):
-            return None, "bad_value"
-        low, high = SAMPLE_RANGES[name]
+        if type(value) not in _NUMBER or value != value or value in (math.inf, -math.inf):
+            return None, "bad_value"  # bools, strings, NaN and infinities
         if not low <= value <= high:
             return None, "value_out_of_range"
-        values.append(int(value) if name in INTEGER_FIELDS else float(value))
-    return (gpu_id, datetime.fromtimestamp(ts, tz=UTC), *values), ""
+        row.append(int(value) if integer else float(value))
+    return tuple(row), ""
 
 
 def telemetry_ingest(*, batch, now: datetime | None = None) -> IngestResult:
@@ -224,6 +226,10 @@ def _ingest(batches: list, now: datetime, *, careful: bool) -> list[IngestResult
         return results
     with transaction.atomic():
         node_ids = _nodes_seen({hostname for _, hostname, _, _ in valid}, now)
+        now_mono = time.monotonic()
+        stale = [n for n in node_ids.values() if _gpu_maps.get(n, (0,))[0] <= now_mono]
+        if stale:
+            _load_gpu_maps(stale)
         prepared = []
         for result, hostname, seq, samples in valid:
             node_id = node_ids.get(hostname)
@@ -302,14 +308,23 @@ def _node_gpus(node_id: int, *, refresh: bool = False) -> dict[str, tuple[int, s
     cached = _gpu_maps.get(node_id)
     if cached and not refresh and cached[0] > time.monotonic():
         return cached[1]
-    gpus = {
-        uuid: (pk, health)
-        for pk, uuid, health in Gpu.objects.filter(node_id=node_id)
+    return _load_gpu_maps([node_id])[node_id]
+
+
+def _load_gpu_maps(node_ids) -> dict[int, dict[str, tuple[int, str]]]:
+    """Fetch the GPU maps of several nodes in one query and cache them."""
+    maps: dict[int, dict[str, tuple[int, str]]] = {node_id: {} for node_id in node_ids}
+    rows = (
+        Gpu.objects.filter(node_id__in=maps)
         .order_by()
-        .values_list("id", "uuid", "health")
-    }
-    _gpu_maps[node_id] = (time.monotonic() + GPU_MAP_SECONDS, gpus)
-    return gpus
+        .values_list("node_id", "id", "uuid", "health")
+    )
+    for node_id, pk, uuid, health in rows:
+        maps[node_id][uuid] = (pk, health)
+    expires = time.monotonic() + GPU_MAP_SECONDS
+    for node_id, gpus in maps.items():
+        _gpu_maps[node_id] = (expires, gpus)
+    return maps
 
 
 def _claim_batches(keys: list[tuple[str, int, int, int]], *, now: datetime) -> set:
