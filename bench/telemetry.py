@@ -360,7 +360,7 @@ def serve_agents(args) -> None:
     from celery.signals import worker_ready
 
     from workers.agent.agent import Agent
-    from workers.agent.app import PORTAL_QUEUE, node_queue
+    from workers.agent.app import PORTAL_QUEUE, TELEMETRY_QUEUE, node_queue
     from workers.agent.backends import make_reader
 
     app = Celery("bench_agents", broker=args.redis_url)
@@ -377,8 +377,9 @@ def serve_agents(args) -> None:
         worker_hijack_root_logger=False,
     )
 
-    def send(task_name: str, payload: dict) -> None:
-        app.send_task(task_name, args=[payload], queue=PORTAL_QUEUE, retry=False)
+    def send(task_name: str, payload: dict) -> None:  # as workers.agent.app: batches queue up
+        queue = TELEMETRY_QUEUE if task_name == "telemetry.ingest" else PORTAL_QUEUE
+        app.send_task(task_name, args=[payload], queue=queue, retry=False)
 
     hostnames = [f"{args.node_prefix}-{i:03d}" for i in range(args.node_first, args.node_last)]
     agents = {
@@ -614,6 +615,7 @@ def bench_lag(args) -> None:
     env.pop("REDIS_URL", None)
     procs: list[subprocess.Popen] = []
     observer = Observer()
+    stop_drains = threading.Event()
     try:
         worker_log = open(logs / "portal-worker.log", "w")  # noqa: SIM115 - closed below
         procs.append(
@@ -654,6 +656,18 @@ def bench_lag(args) -> None:
         print(f"agents registered {args.gpus} GPUs in {time.perf_counter() - t0:.1f} s")
         time.sleep(2)  # let the worker finish the registration tail
         observer.start()
+        # Stand-in for beat's telemetry-drain entry: the portal worker drains the queue.
+
+        def trigger_drains():
+            from celery import current_app
+            from django.conf import settings as django_settings
+
+            every = django_settings.TELEMETRY_DRAIN_SECONDS
+            while not stop_drains.wait(every):
+                current_app.send_task("telemetry.drain", queue="portal", expires=every)
+
+        drainer = threading.Thread(target=trigger_drains, daemon=True)
+        drainer.start()
         sent_at, send_s = [], []
         next_poll = time.time()
         for _ in range(cycles):
@@ -668,6 +682,7 @@ def bench_lag(args) -> None:
             time.sleep(0.2)
         time.sleep(0.3)
     finally:
+        stop_drains.set()
         observer.stop_event.set()
         for process in reversed(procs):
             stop(process)
