@@ -575,8 +575,13 @@ def telemetry_drain(*, max_batches: int | None = None) -> dict[str, int]:
 
 def _batch_from_message(message):
     """The batch argument of a `telemetry.ingest` task message (Celery protocol 2), or the
-    message body itself; anything else is passed on and rejected as malformed by ingest."""
-    body = message.decode()
+    message body itself; anything else is passed on and rejected as malformed by ingest, so a
+    poison message is acked and counted, never requeued forever."""
+    try:
+        body = message.decode()
+    except Exception:  # noqa: BLE001 - undecodable (e.g. a content type we do not accept)
+        logger.warning("undecodable message on the telemetry queue dropped")
+        return None
     if message.headers.get("task") == "telemetry.ingest" and isinstance(body, list) and body:
         args = body[0]
         return args[0] if isinstance(args, list) and args else None

@@ -88,3 +88,14 @@ def test_many_batches_with_a_resent_sample_fall_back_batch_by_batch(fleet, now):
     assert [r.stored for r in results] == [1, 1]
     assert GpuSample.objects.count() == 3
     assert IngestBatch.objects.get(seq=2).stored == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_undecodable_message_is_counted_not_requeued_forever(fleet, telemetry_queue):
+    from apps.telemetry.models import TelemetryCounter
+
+    with app.connection_for_write() as conn:
+        conn.SimpleQueue(settings.TELEMETRY_QUEUE).put({"a": 1}, serializer="pickle")
+    assert telemetry_drain()["batches"] == 1
+    assert telemetry_drain()["batches"] == 0
+    assert TelemetryCounter.objects.get(name="samples_rejected", reason="malformed").value == 1
