@@ -373,15 +373,18 @@ def store_samples(rows: list[tuple]) -> int:
     and INSERT ... ON CONFLICT DO NOTHING. SQLite: batched INSERT OR IGNORE."""
     if not rows:
         return 0
-    if connection.vendor != "postgresql":
-        before = GpuSample.objects.count()  # SQLite: the demo's small batches
-        GpuSample.objects.bulk_create(
-            (GpuSample(**dict(zip(SAMPLE_COLUMNS, row, strict=True))) for row in rows),
-            batch_size=500,
-            ignore_conflicts=True,
-        )
-        return GpuSample.objects.count() - before
     columns = ", ".join(SAMPLE_COLUMNS)
+    if connection.vendor != "postgresql":
+        # SQLite (the demo): one statement per row, duplicates skipped, inserted rows counted.
+        adapt = connection.ops.adapt_datetimefield_value  # stored as the ORM stores it
+        placeholders = ", ".join(["%s"] * len(SAMPLE_COLUMNS))
+        with connection.cursor() as cursor:
+            cursor.executemany(
+                f"INSERT INTO telemetry_gpusample ({columns}) VALUES ({placeholders}) "  # noqa: S608
+                "ON CONFLICT (gpu_id, ts) DO NOTHING",
+                [(row[0], adapt(row[1]), *row[2:]) for row in rows],
+            )
+            return cursor.rowcount
     try:
         with (
             transaction.atomic(),

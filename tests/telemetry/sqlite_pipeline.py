@@ -38,6 +38,7 @@ def main() -> None:
     batches = [payload for task, payload in sent if task == "telemetry.ingest"]
     stored = [telemetry_ingest(batch=b).stored for b in batches]
     again = telemetry_ingest(batch=batches[0])
+    resent = telemetry_ingest(batch={**batches[0], "seq": batches[0]["seq"] + 10**6})
     now = timezone.now()
     minutes = rollup_minutes(start=now - timedelta(minutes=5), end=now + timedelta(minutes=1))
     hours = rollup_hours(start=now - timedelta(minutes=5), end=now + timedelta(minutes=1))
@@ -48,6 +49,7 @@ def main() -> None:
                 "vendor": connection.vendor,
                 "stored": stored,
                 "duplicate": again.duplicate_batch,
+                "resent_stored": resent.stored,
                 "samples": GpuSample.objects.count(),
                 "minute_rows": minutes,
                 "minute_rollups": GpuMinuteRollup.objects.count(),

@@ -28,6 +28,7 @@ def test_ingest_rollups_and_idle_work_on_sqlite(tmp_path):
     outcome = json.loads(result.stdout.strip().splitlines()[-1])
     assert outcome["vendor"] == "sqlite"
     assert outcome["stored"] == [4] * 6 and outcome["duplicate"] is True
+    assert outcome["resent_stored"] == 0  # samples already stored are skipped, not doubled
     assert outcome["samples"] == 24
     assert outcome["minute_rows"] >= 4 and outcome["minute_rollups"] == outcome["minute_rows"]
     assert outcome["hour_rows"] >= 4
