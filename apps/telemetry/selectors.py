@@ -21,14 +21,11 @@ def gpu_series(*, gpu_id: int, start: datetime, end: datetime, step: timedelta) 
     """Utilization, memory and power of one GPU over [start, end) in buckets of `step`, from the
     coarsest source that still resolves the step (hour rollups, minute rollups, raw samples).
     Caller caps (end - start) / step at MAX_POINTS."""
-    if step >= timedelta(hours=1):
-        rows = GpuHourRollup.objects.filter(gpu_id=gpu_id, bucket__gte=start, bucket__lt=end)
-        values = rows.values_list(
-            "bucket", "util_avg", "util_max", "mem_used_avg_mib", "power_avg_w", "samples"
-        )
-    elif step >= timedelta(minutes=1):
-        rows = GpuMinuteRollup.objects.filter(gpu_id=gpu_id, bucket__gte=start, bucket__lt=end)
-        values = rows.values_list(
+    if step >= timedelta(minutes=1):
+        rollup = GpuHourRollup if step >= timedelta(hours=1) else GpuMinuteRollup
+        values = rollup.objects.filter(
+            gpu_id=gpu_id, bucket__gte=start, bucket__lt=end
+        ).values_list(
             "bucket", "util_avg", "util_max", "mem_used_avg_mib", "power_avg_w", "samples"
         )
     else:
