@@ -24,13 +24,15 @@ def fleet_view(request):
     )
 
 
-def _change_state(request, change, obj, operation: str):
+def _change_state(request, change, target: str, obj, operation: str):
+    """Run a fleet state service (`change(<target>=obj, ...)`) for a page form."""
     if not is_platform_admin(request.user):
         raise PermissionDenied("Only platform admins may drain, undrain or retire.")
     if operation not in OPERATIONS:
         raise PermissionDenied("Unknown operation.")
+    reason = request.POST.get("reason", "").strip()
     try:
-        result = change(obj, operation, request.user, request.POST.get("reason", "").strip())
+        result = change(**{target: obj}, operation=operation, actor=request.user, reason=reason)
     except ApplicationError as error:
         messages.error(request, error.message)
     else:
@@ -59,26 +61,15 @@ def _report_relocation(request, relocation: dict) -> None:
 @require_POST
 def node_change_state_view(request, pk: int, operation: str):
     return _change_state(
-        request,
-        lambda obj, op, actor, reason: services.node_change_state(
-            node=obj, operation=op, actor=actor, reason=reason
-        ),
-        get_object_or_404(Node, pk=pk),
-        operation,
+        request, services.node_change_state, "node", get_object_or_404(Node, pk=pk), operation
     )
 
 
 @login_required
 @require_POST
 def gpu_change_state_view(request, pk: int, operation: str):
-    return _change_state(
-        request,
-        lambda obj, op, actor, reason: services.gpu_change_state(
-            gpu=obj, operation=op, actor=actor, reason=reason
-        ),
-        get_object_or_404(Gpu.objects.select_related("node"), pk=pk),
-        operation,
-    )
+    gpu = get_object_or_404(Gpu.objects.select_related("node"), pk=pk)
+    return _change_state(request, services.gpu_change_state, "gpu", gpu, operation)
 
 
 class MaintenanceForm(forms.Form):
