@@ -1,0 +1,5 @@
+"""API routes of the billing app, mounted under /api/v1/."""
+
+from django.urls import path  # noqa: F401
+
+urlpatterns: list = []

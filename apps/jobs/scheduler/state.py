@@ -1,0 +1,121 @@
+"""What the scheduler reads and what it decides: plain dataclasses, no Django.
+
+The live dispatcher builds a ``ClusterState`` from the database, the trace replayer builds one
+from a CSV and a simulated clock, and both hand it to the same ``schedule()``. Times are epoch
+seconds (floats) so the replayer can run in simulated time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class PriorityClass(StrEnum):
+    GUARANTEED = "guaranteed"  # runs only within the team's guaranteed GPUs; never preempted
+    OVER_QUOTA = "over_quota"  # may use spare capacity up to the quota limit; preemptible
+    PREEMPTIBLE = "preemptible"  # scavenger work; first to be preempted
+
+
+class PendingReason(StrEnum):
+    QUOTA_REACHED = "quota_reached"  # the team is at its limit for this model
+    NO_CAPACITY = "no_capacity"  # not enough free GPUs (of the model / on one node)
+    FAIR_SHARE = "fair_share"  # capacity exists but other teams come first by fair share
+    RESERVED = "reserved"  # free GPUs are booked by other teams before the job could end
+    RESERVATION_NOT_ACTIVE = "reservation_not_active"  # its reservation has not started / ended
+    WAITING_FOR_PREEMPTION = "waiting_for_preemption"  # preempted jobs are being stopped for it
+
+
+@dataclass(frozen=True, slots=True)
+class GpuInfo:
+    """A schedulable GPU (healthy, active, on an up node)."""
+
+    gpu_id: int
+    node: str
+    model: str
+    nvlink_domain: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Booking:
+    """A reservation's hold on one GPU over [start, end)."""
+
+    reservation_id: int
+    team: str
+    gpu_id: int
+    start: float
+    end: float
+
+
+@dataclass(frozen=True, slots=True)
+class RunningJob:
+    job_id: int
+    team: str
+    model: str
+    gpu_ids: tuple[int, ...]
+    started_at: float
+    max_runtime: float  # seconds; the job is killed at started_at + max_runtime
+    priority_class: PriorityClass
+    over_quota: bool  # placed above the team's guarantee (preemptible)
+    reservation_id: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class QueuedJob:
+    job_id: int
+    team: str
+    gpu_model: str | None  # None: any model
+    gpu_count: int
+    max_runtime: float  # seconds
+    submitted_at: float
+    priority_class: PriorityClass = PriorityClass.OVER_QUOTA
+    same_node: bool = True
+    reservation_id: int | None = None  # run inside this reservation's GPUs only
+
+
+@dataclass(frozen=True, slots=True)
+class TeamQuota:
+    team: str
+    model: str | None  # None: applies to any model
+    guaranteed: int
+    limit: int
+
+
+@dataclass(slots=True)
+class ClusterState:
+    now: float
+    gpus: list[GpuInfo]
+    queued: list[QueuedJob]
+    running: list[RunningJob] = field(default_factory=list)
+    bookings: list[Booking] = field(default_factory=list)
+    quotas: list[TeamQuota] = field(default_factory=list)
+    # Decayed GPU-seconds each team used recently (the fair-share history).
+    usage: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    job_id: int
+    gpu_ids: tuple[int, ...]
+    over_quota: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Preemption:
+    job_id: int
+    for_job_id: int  # the waiting job within its guarantee that needs the GPUs
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    job_id: int
+    reason: PendingReason
+    message: str  # one sentence for people, e.g. "No node has 8 free H100 GPUs."
+    estimated_start: float | None = None
+
+
+@dataclass(slots=True)
+class Decision:
+    placements: list[Placement] = field(default_factory=list)
+    preemptions: list[Preemption] = field(default_factory=list)
+    pending: list[Pending] = field(default_factory=list)
