@@ -7,6 +7,7 @@ All variables are listed in `.env.example` and the README. Defaults give the emb
 from pathlib import Path
 
 import environ
+from celery.schedules import crontab
 from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -217,7 +218,7 @@ RESERVATION_MAX_ADVANCE_DAYS = env.int("RESERVATION_MAX_ADVANCE_DAYS", default=3
 RESERVATION_MAX_GPUS = env.int("RESERVATION_MAX_GPUS", default=64)
 RESERVATION_REMINDER_MINUTES = env.int("RESERVATION_REMINDER_MINUTES", default=30)
 RESERVATION_BUDGET_CHECK = env.str(
-    "RESERVATION_BUDGET_CHECK", default="apps.reservations.policy.allow_any_budget"
+    "RESERVATION_BUDGET_CHECK", default="apps.billing.services.check_booking_budget"
 )
 CELERY_BEAT_SCHEDULE["reservations-lifecycle"] = {
     "task": "reservations.lifecycle_tick",
@@ -266,5 +267,18 @@ CELERY_BEAT_SCHEDULE.update(
 # --- Jobs -----------------------------------------------------------------------------------
 
 # --- Billing --------------------------------------------------------------------------------
+# chargeback: money in exports, budgets enforced; showback: GPU-hours only, no money.
+BILLING_MODE = env.str("BILLING_MODE", default="chargeback")
+if BILLING_MODE not in ("chargeback", "showback"):
+    raise ImproperlyConfigured("BILLING_MODE must be chargeback or showback.")
+BILLING_CURRENCY = env.str("BILLING_CURRENCY", default="USD")
+BILLING_PROVIDER_NAME = env.str("BILLING_PROVIDER_NAME", default="On-premises GPU cluster")
+# Each hourly metering run re-charges this many past hours (idempotent), catching late changes.
+BILLING_METER_LOOKBACK_HOURS = env.int("BILLING_METER_LOOKBACK_HOURS", default=3)
+CELERY_BEAT_SCHEDULE["billing-meter"] = {
+    "task": "billing.meter",
+    "schedule": crontab(minute=5),
+    "options": {"expires": 3000},
+}
 
 # --- Dashboards -----------------------------------------------------------------------------

@@ -1,5 +1,23 @@
-"""API routes of the billing app, mounted under /api/v1/."""
+from django.urls import path
+from rest_framework.routers import SimpleRouter
 
-from django.urls import path  # noqa: F401
+from apps.billing.api import (
+    AdjustmentViewSet,
+    BillingPeriodViewSet,
+    BudgetViewSet,
+    ChargebackView,
+    RateCardViewSet,
+    UsageView,
+)
 
-urlpatterns: list = []
+router = SimpleRouter()
+router.register("rate-cards", RateCardViewSet, basename="rate-card")
+router.register("billing-periods", BillingPeriodViewSet, basename="billing-period")
+router.register("adjustments", AdjustmentViewSet, basename="adjustment")
+router.register("budgets", BudgetViewSet, basename="budget")
+
+urlpatterns = [
+    path("chargeback/", ChargebackView.as_view(), name="chargeback"),
+    path("usage/", UsageView.as_view(), name="usage"),
+    *router.urls,
+]

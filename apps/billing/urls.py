@@ -1,5 +1,14 @@
-from django.urls import path  # noqa: F401
+"""Billing pages: chargeback (finance), rate cards, budgets, and the cost dashboard."""
+
+from django.urls import path
+
+from apps.billing import views
 
 app_name = "billing"
 
-urlpatterns: list = []
+urlpatterns = [
+    path("", views.chargeback_view, name="chargeback"),
+    path("rate-cards/", views.rate_cards_view, name="rate-cards"),
+    path("budgets/", views.budgets_view, name="budgets"),
+    path("cost/", views.cost_dashboard_view, name="cost"),
+]

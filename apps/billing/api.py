@@ -1,0 +1,393 @@
+from decimal import Decimal
+
+from django.conf import settings
+from django.http import FileResponse, StreamingHttpResponse
+from django.shortcuts import get_object_or_404
+from django.utils import timezone
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import mixins, serializers, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.exceptions import PermissionDenied
+from rest_framework.permissions import IsAuthenticated
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from apps.billing import exports, selectors, services
+from apps.billing.choices import Enforcement, ExportFormat
+from apps.billing.models import (
+    Adjustment,
+    BillingPeriod,
+    Budget,
+    BudgetAlert,
+    LedgerEntry,
+    RateCard,
+)
+from apps.billing.periods import month_start, parse_period
+from apps.fleet.models import GpuModel
+from apps.teams.models import Team
+from apps.teams.permissions import is_finance, is_platform_admin
+from portal.exceptions import ApplicationError
+
+
+def is_billing_admin(user) -> bool:
+    return is_finance(user) or is_platform_admin(user)
+
+
+class RateCardSerializer(serializers.ModelSerializer):
+    gpu_model = serializers.SlugRelatedField(slug_field="name", queryset=GpuModel.objects.all())
+    price_per_gpu_hour = serializers.DecimalField(max_digits=12, decimal_places=4, min_value=0)
+    over_quota_multiplier = serializers.DecimalField(
+        max_digits=6, decimal_places=3, min_value=0, required=False
+    )
+    energy_price_per_kwh = serializers.DecimalField(
+        max_digits=10, decimal_places=5, min_value=0, required=False, allow_null=True
+    )
+    currency = serializers.RegexField(r"^[A-Za-z]{3}$", required=False)
+
+    class Meta:
+        model = RateCard
+        fields = [
+            "id", "gpu_model", "price_per_gpu_hour", "currency", "effective_from", "effective_to",
+            "over_quota_multiplier", "energy_price_per_kwh", "created_at",
+        ]  # fmt: skip
+        read_only_fields = ["id", "created_at"]
+
+
+class BillingAdminWrites(IsAuthenticated):
+    """Anyone signed in reads; finance and platform admins write."""
+
+    message = "Only finance users and platform admins may change billing data."
+
+    def has_permission(self, request, view) -> bool:
+        if not super().has_permission(request, view):
+            return False
+        return request.method in ("GET", "HEAD", "OPTIONS") or is_billing_admin(request.user)
+
+
+class BillingAdminOnly(IsAuthenticated):
+    message = "Only finance users and platform admins may see this."
+
+    def has_permission(self, request, view) -> bool:
+        return super().has_permission(request, view) and is_billing_admin(request.user)
+
+
+class RateCardViewSet(
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    mixins.CreateModelMixin,
+    mixins.UpdateModelMixin,
+    viewsets.GenericViewSet,
+):
+    """Prices per GPU model over time. Everyone reads; finance and platform admins add or end
+    them. Time already charged keeps its price, so changes only take effect after it."""
+
+    serializer_class = RateCardSerializer
+    permission_classes = [BillingAdminWrites]
+    filterset_fields = ["gpu_model__name", "currency"]
+    queryset = RateCard.objects.select_related("gpu_model").order_by(
+        "gpu_model__name", "effective_from"
+    )
+
+    def perform_create(self, serializer):
+        data = dict(serializer.validated_data)
+        serializer.instance = services.rate_card_create(
+            actor=self.request.user, gpu_model=data.pop("gpu_model"), **data
+        )
+
+    def perform_update(self, serializer):
+        data = dict(serializer.validated_data)
+        if data.pop("gpu_model", serializer.instance.gpu_model) != serializer.instance.gpu_model:
+            raise serializers.ValidationError({"gpu_model": "A rate card's model cannot change."})
+        serializer.instance = services.rate_card_update(
+            actor=self.request.user, card=serializer.instance, **data
+        )
+
+
+class BillingPeriodSerializer(serializers.ModelSerializer):
+    period = serializers.SerializerMethodField()
+    closed_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+
+    class Meta:
+        model = BillingPeriod
+        fields = ["id", "period", "month", "status", "closed_at", "closed_by", "metered_until"]
+
+    def get_period(self, obj) -> str:
+        return f"{obj.month:%Y-%m}"
+
+
+class BillingPeriodViewSet(viewsets.ReadOnlyModelViewSet):
+    """Monthly billing periods (finance and platform admins). `close` is final."""
+
+    serializer_class = BillingPeriodSerializer
+    permission_classes = [BillingAdminOnly]
+    queryset = BillingPeriod.objects.select_related("closed_by")
+    filterset_fields = ["status"]
+
+    @extend_schema(request=None, responses=BillingPeriodSerializer)
+    @action(detail=True, methods=["post"])
+    def close(self, request, pk=None):
+        period = services.period_close(actor=request.user, period=self.get_object())
+        return Response(BillingPeriodSerializer(period).data)
+
+
+class AdjustmentSerializer(serializers.ModelSerializer):
+    team = serializers.SlugRelatedField(slug_field="slug", queryset=Team.objects.all())
+    period = serializers.SlugRelatedField(slug_field="month", read_only=True)
+    amount = serializers.DecimalField(max_digits=14, decimal_places=2)
+    corrects_entry = serializers.PrimaryKeyRelatedField(
+        queryset=LedgerEntry.objects.all(), required=False, allow_null=True
+    )
+    corrects_period = serializers.RegexField(
+        r"^\d{4}-\d{2}$", required=False, write_only=True, help_text="YYYY-MM it corrects."
+    )
+    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+
+    class Meta:
+        model = Adjustment
+        fields = [
+            "id", "team", "period", "amount", "reason", "corrects_entry", "corrects_period",
+            "created_by", "created_at",
+        ]  # fmt: skip
+        read_only_fields = ["id", "period", "created_by", "created_at"]
+
+
+class AdjustmentViewSet(
+    mixins.ListModelMixin,
+    mixins.CreateModelMixin,
+    mixins.RetrieveModelMixin,
+    viewsets.GenericViewSet,
+):
+    """Corrections, booked in the current (open) period; finance and platform admins."""
+
+    serializer_class = AdjustmentSerializer
+    permission_classes = [BillingAdminOnly]
+    queryset = Adjustment.objects.select_related("team", "period", "created_by")
+    filterset_fields = ["team__slug"]
+
+    def perform_create(self, serializer):
+        data = serializer.validated_data
+        corrects_period = None
+        if data.get("corrects_period"):
+            month = parse_period(data["corrects_period"], now=timezone.now())
+            corrects_period = get_object_or_404(BillingPeriod, month=month)
+        serializer.instance = services.adjustment_create(
+            actor=self.request.user,
+            team=data["team"],
+            amount=data["amount"],
+            reason=data.get("reason", ""),
+            corrects_entry=data.get("corrects_entry"),
+            corrects_period=corrects_period,
+        )
+
+
+class BudgetAlertSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = BudgetAlert
+        fields = ["threshold", "spent", "created_at"]
+
+
+class BudgetSerializer(serializers.ModelSerializer):
+    team = serializers.SlugRelatedField(slug_field="slug", queryset=Team.objects.all())
+    period = serializers.RegexField(r"^\d{4}-\d{2}$", help_text="YYYY-MM")
+    amount = serializers.DecimalField(max_digits=14, decimal_places=2, min_value=0)
+    enforcement = serializers.ChoiceField(choices=Enforcement.choices, default=Enforcement.ALERT)
+    alerts = BudgetAlertSerializer(many=True, read_only=True)
+    burn_down = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Budget
+        fields = ["id", "team", "period", "amount", "enforcement", "alerts", "burn_down"]
+        validators = []  # setting a budget again replaces it
+
+    def to_representation(self, instance):
+        data = super().to_representation(instance)
+        data["period"] = f"{instance.period.month:%Y-%m}"
+        return data
+
+    def get_burn_down(self, obj) -> dict:
+        state = selectors.burn_down(team=obj.team, period=obj.period, now=timezone.now())
+        return decimals_as_strings(state)
+
+
+def decimals_as_strings(values: dict) -> dict:
+    """Money and quantities leave as exact strings, never as JSON floats."""
+    return {k: str(v) if isinstance(v, Decimal) else v for k, v in values.items()}
+
+
+class BudgetViewSet(
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    mixins.CreateModelMixin,
+    viewsets.GenericViewSet,
+):
+    """Team budgets per month with their alerts and burn-down. Members read their teams';
+    finance and platform admins read all and set them (POST replaces that team's month)."""
+
+    serializer_class = BudgetSerializer
+    permission_classes = [BillingAdminWrites]
+    filterset_fields = ["team__slug", "enforcement"]
+
+    def get_queryset(self):
+        return (
+            Budget.objects.filter(team__in=Team.objects.for_user(self.request.user))
+            .select_related("team", "period")
+            .prefetch_related("alerts")
+        )
+
+    def perform_create(self, serializer):
+        data = serializer.validated_data
+        month = parse_period(data["period"], now=timezone.now())
+        serializer.instance = services.budget_set(
+            actor=self.request.user,
+            team=data["team"],
+            period=services.period_get_or_create(month),
+            amount=data["amount"],
+            enforcement=data["enforcement"],
+        )
+
+
+PERIOD_PARAM = OpenApiParameter("period", str, description="Month, YYYY-MM (default: this one).")
+TEAM_PARAM = OpenApiParameter("team", str, description="Team slug (default: all you may see).")
+
+
+def _period_from(request) -> BillingPeriod:
+    now = timezone.now()
+    text = request.query_params.get("period") or f"{now:%Y-%m}"
+    month = parse_period(text, now=now)
+    return (
+        services.period_get_or_create(month)
+        if month == month_start(now)
+        else (selectors.period_for_month(month) or BillingPeriod(month=month))
+    )
+
+
+class UsageView(APIView):
+    """Showback for teams: GPU-hours, busy and idle hours and cost per team for a month
+    (members see their own teams; finance and platform admins every team and the platform)."""
+
+    permission_classes = [IsAuthenticated]
+
+    @extend_schema(parameters=[PERIOD_PARAM, TEAM_PARAM], responses=OpenApiTypes.OBJECT)
+    def get(self, request):
+        period = _period_from(request)
+        visible = set(Team.objects.for_user(request.user).values_list("pk", flat=True))
+        slug = request.query_params.get("team")
+        team = get_object_or_404(Team, slug=slug, pk__in=visible) if slug else None
+        rows = exports.team_totals(period) if period.pk else []
+        showback = settings.BILLING_MODE == "showback"
+        teams = []
+        for row in rows:
+            if row["team_id"] is None and not is_billing_admin(request.user):
+                continue
+            if row["team_id"] is not None and row["team_id"] not in visible:
+                continue
+            if team is not None and row["team_id"] != team.pk:
+                continue
+            item = {
+                "team": row["sub_account"],
+                "gpu_hours": row["gpu_hours"],
+                "busy_gpu_hours": row["busy_gpu_hours"],
+                "held_idle_gpu_hours": row["held_idle_gpu_hours"],
+            }
+            if not showback:
+                item |= {
+                    "cost": row["cost"],
+                    "held_idle_cost": row["held_idle_cost"],
+                    "over_quota_cost": row["over_quota_cost"],
+                    "currency": settings.BILLING_CURRENCY,
+                }
+            teams.append(decimals_as_strings(item))
+        return Response(
+            {
+                "period": f"{period.month:%Y-%m}",
+                "status": period.status,
+                "draft": not period.is_closed,
+                "mode": settings.BILLING_MODE,
+                "teams": teams,
+            }
+        )
+
+
+class ChargebackView(APIView):
+    """Finance chargeback export of a month: csv / json (team x GPU model x day, or `level=detail`
+    per GPU and booking/job), xlsx (summary + detail sheets), focus (FinOps FOCUS 1.2 CSV).
+    Exports of an open month are drafts. Finance and platform admins only."""
+
+    permission_classes = [BillingAdminOnly]
+
+    def perform_content_negotiation(self, request, force=False):
+        # `?format=` names the export here, not one of DRF's renderers; errors render as JSON.
+        return super().perform_content_negotiation(request, force=True)
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("period", str, required=True, description="Month, YYYY-MM."),
+            TEAM_PARAM,
+            OpenApiParameter("format", str, enum=ExportFormat.values, description="Default csv."),
+            OpenApiParameter("level", str, enum=[exports.SUMMARY, exports.DETAIL]),
+        ],
+        responses={(200, "text/csv"): OpenApiTypes.BINARY},
+    )
+    def get(self, request):
+        if not request.query_params.get("period"):
+            raise ApplicationError(
+                "period is required, e.g. ?period=2026-11.", code="invalid_period"
+            )
+        fmt = request.query_params.get("format", ExportFormat.CSV)
+        if fmt not in ExportFormat.values:
+            raise ApplicationError(
+                f"format must be one of {', '.join(ExportFormat.values)}.", code="invalid_format"
+            )
+        level = request.query_params.get("level", exports.SUMMARY)
+        if level not in (exports.SUMMARY, exports.DETAIL):
+            raise ApplicationError("level must be summary or detail.", code="invalid_level")
+        if fmt == ExportFormat.FOCUS and settings.BILLING_MODE == "showback":
+            raise ApplicationError(
+                "FOCUS exports carry costs; this portal runs in showback mode (GPU-hours only).",
+                code="showback_mode",
+            )
+        period = _period_from(request)
+        team_id = None
+        if request.query_params.get("team"):
+            team_id = get_object_or_404(Team, slug=request.query_params["team"]).pk
+        if period.pk is None:
+            period.save()
+        scope = exports.ExportScope(period=period, team_id=team_id, level=level)
+        return export_response(scope, fmt)
+
+
+def export_response(scope: exports.ExportScope, fmt: str):
+    """The streaming download of an export (shared by the API and the finance page)."""
+    name = f"chargeback-{scope.period.month:%Y-%m}" + ("-draft" if scope.draft else "")
+    if fmt == ExportFormat.XLSX:
+        response = FileResponse(
+            exports.xlsx_file(scope),
+            as_attachment=True,
+            filename=f"{name}.xlsx",
+            content_type="application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
+        )
+    elif fmt == ExportFormat.JSON:
+        response = StreamingHttpResponse(
+            exports.json_chunks(scope, exports.table_rows(scope)), content_type="application/json"
+        )
+        response["Content-Disposition"] = f'attachment; filename="{name}.json"'
+    else:
+        if fmt == ExportFormat.FOCUS:
+            header, rows, name = exports.FOCUS_COLUMNS, exports.focus_rows(scope), f"{name}-focus"
+        else:
+            showback = settings.BILLING_MODE == "showback"
+            header = exports.table_columns(scope.level, showback=showback)
+            rows = exports.table_rows(scope)
+        response = StreamingHttpResponse(
+            exports.csv_chunks(header, rows), content_type="text/csv; charset=utf-8"
+        )
+        response["Content-Disposition"] = f'attachment; filename="{name}.csv"'
+    response["X-Chargeback-Draft"] = "true" if scope.draft else "false"
+    response.status_code = status.HTTP_200_OK
+    return response
+
+
+def require_billing_admin_view(user) -> None:
+    if not is_billing_admin(user):
+        raise PermissionDenied("Only finance users and platform admins may see this.")

@@ -1,0 +1,35 @@
+from django import forms
+
+from apps.billing.choices import Enforcement
+from apps.fleet.models import GpuModel
+from apps.teams.models import Team
+
+
+class RateCardForm(forms.Form):
+    gpu_model = forms.ModelChoiceField(GpuModel.objects.all(), to_field_name="name")
+    price_per_gpu_hour = forms.DecimalField(min_value=0, max_digits=12, decimal_places=4)
+    currency = forms.RegexField(r"^[A-Za-z]{3}$", required=False, max_length=3)
+    effective_from = forms.DateTimeField(help_text="UTC, e.g. 2026-12-01 00:00")
+    effective_to = forms.DateTimeField(required=False)
+    over_quota_multiplier = forms.DecimalField(
+        min_value=0, max_digits=6, decimal_places=3, initial=1
+    )
+    energy_price_per_kwh = forms.DecimalField(
+        min_value=0, max_digits=10, decimal_places=5, required=False
+    )
+
+
+class RateCardEndForm(forms.Form):
+    effective_to = forms.DateTimeField(help_text="UTC")
+
+
+class BudgetForm(forms.Form):
+    team = forms.ModelChoiceField(Team.objects.filter(is_active=True), to_field_name="slug")
+    amount = forms.DecimalField(min_value=0, max_digits=14, decimal_places=2)
+    enforcement = forms.ChoiceField(choices=Enforcement.choices)
+
+
+class AdjustmentForm(forms.Form):
+    team = forms.ModelChoiceField(Team.objects.filter(is_active=True), to_field_name="slug")
+    amount = forms.DecimalField(max_digits=14, decimal_places=2, help_text="Negative: a credit.")
+    reason = forms.CharField(max_length=2000)

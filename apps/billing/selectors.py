@@ -1,0 +1,111 @@
+"""Reads for prices, the ledger, budgets and periods."""
+
+from datetime import UTC, datetime
+from decimal import Decimal
+
+from django.db.models import Q, QuerySet, Sum
+
+from apps.billing.choices import ChargeSource
+from apps.billing.models import BillingPeriod, Budget, BudgetAlert, LedgerEntry, RateCard
+
+
+def rate_cards_in_force(*, start: datetime, end: datetime) -> QuerySet[RateCard]:
+    """Rate cards of any model whose validity overlaps [start, end)."""
+    return RateCard.objects.filter(
+        Q(effective_to__isnull=True) | Q(effective_to__gt=start), effective_from__lt=end
+    ).select_related("gpu_model")
+
+
+def rate_card_at(*, gpu_model_name: str, at: datetime) -> RateCard | None:
+    return (
+        RateCard.objects.filter(Q(effective_to__isnull=True) | Q(effective_to__gt=at))
+        .filter(effective_from__lte=at, gpu_model__name=gpu_model_name)
+        .first()
+    )
+
+
+def price_per_gpu_hour(*, gpu_model_name: str, at: datetime) -> Decimal | None:
+    """The list price of one GPU-hour of the model at that instant; None when unpriced."""
+    card = rate_card_at(gpu_model_name=gpu_model_name, at=at)
+    return card.price_per_gpu_hour if card else None
+
+
+def period_for_month(month) -> BillingPeriod | None:
+    return BillingPeriod.objects.filter(month=month).first()
+
+
+def ledger_for_period(period: BillingPeriod) -> QuerySet[LedgerEntry]:
+    return LedgerEntry.objects.filter(period=period)
+
+
+def team_spend(*, team, period: BillingPeriod | None) -> Decimal:
+    """Everything charged to the team in the period so far (usage and adjustments)."""
+    if period is None:
+        return Decimal(0)
+    total = ledger_for_period(period).filter(team=team).aggregate(total=Sum("cost"))["total"]
+    return total or Decimal(0)
+
+
+def usage_totals(period: BillingPeriod) -> dict:
+    """Ledger totals of a period: per source kind, and overall (exact, unrounded)."""
+    rows = ledger_for_period(period).values("source").annotate(total=Sum("cost"))
+    by_source = {row["source"]: row["total"] or Decimal(0) for row in rows}
+    return {
+        "by_source": by_source,
+        "total": sum(by_source.values(), Decimal(0)),
+        "platform_idle": by_source.get(ChargeSource.UNALLOCATED, Decimal(0)),
+    }
+
+
+def budget_for(*, team, period: BillingPeriod | None) -> Budget | None:
+    if period is None:
+        return None
+    return Budget.objects.filter(team=team, period=period).first()
+
+
+def budget_alerts_for_teams(team_ids) -> QuerySet[BudgetAlert]:
+    return BudgetAlert.objects.filter(budget__team_id__in=team_ids).select_related(
+        "budget__team", "budget__period"
+    )
+
+
+def burn_down(*, team, period: BillingPeriod, now: datetime) -> dict:
+    """Spent so far, still booked this month, and the projected month-end total (spent + booked
+    + the team's job spend per day so far carried over the remaining days)."""
+    from apps.billing.periods import month_bounds
+    from apps.billing.services import booked_cost
+
+    start, end = month_bounds(period.month)
+    spent = team_spend(team=team, period=period)
+    booked = booked_cost(team=team, period=period, now=now) if now < end else Decimal(0)
+    jobs = ledger_for_period(period).filter(team=team, source=ChargeSource.JOB)
+    job_spend = jobs.aggregate(total=Sum("cost"))["total"] or Decimal(0)
+    elapsed = max((min(now, end) - start).total_seconds(), 3600)
+    remaining = max((end - max(now, start)).total_seconds(), 0)
+    projected = spent + booked + job_spend * Decimal(remaining / elapsed)
+    budget = budget_for(team=team, period=period)
+    return {
+        "team": team.slug,
+        "period": f"{period.month:%Y-%m}",
+        "spent": spent.quantize(Decimal("0.01")),
+        "booked": booked.quantize(Decimal("0.01")),
+        "projected": projected.quantize(Decimal("0.01")),
+        "budget": budget.amount if budget else None,
+        "enforcement": budget.enforcement if budget else None,
+        "left": (budget.amount - spent - booked).quantize(Decimal("0.01")) if budget else None,
+    }
+
+
+def daily_spend(*, team, period: BillingPeriod) -> list[tuple]:
+    """(day, cost) of a team's ledger in the period, for the burn-down chart."""
+    from django.db.models.functions import TruncDate
+
+    rows = (
+        ledger_for_period(period)
+        .filter(team=team)
+        .annotate(day=TruncDate("slice_start", tzinfo=UTC))
+        .values("day")
+        .annotate(total=Sum("cost"))
+        .order_by("day")
+    )
+    return [(row["day"], row["total"]) for row in rows]

@@ -1,0 +1,420 @@
+"""Billing rules: rate cards, periods, adjustments, budgets and the booking budget check.
+
+Metering lives in `metering.py`, exports in `exports.py`; both are services too.
+"""
+
+from datetime import datetime, timedelta
+from decimal import Decimal
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.core.mail import send_mail
+from django.db import transaction
+from django.db.models import Max, Q, Sum
+from django.utils import timezone
+
+from apps.audit.services import audit_record
+from apps.billing.choices import BUDGET_THRESHOLDS, ChargeSource, Enforcement, PeriodStatus
+from apps.billing.models import (
+    Adjustment,
+    BillingPeriod,
+    Budget,
+    BudgetAlert,
+    LedgerEntry,
+    RateCard,
+)
+from apps.billing.periods import month_bounds, month_start
+from apps.billing.selectors import budget_for, rate_card_at, team_spend
+from apps.teams.choices import TeamRole
+from apps.teams.models import Membership
+from apps.teams.permissions import is_finance, is_platform_admin
+from portal.exceptions import ConflictError, PolicyRefusal
+
+CENT = Decimal("0.01")
+RATE_FIELDS = (
+    "price_per_gpu_hour",
+    "currency",
+    "effective_from",
+    "effective_to",
+    "over_quota_multiplier",
+    "energy_price_per_kwh",
+)
+
+
+def require_billing_admin(user) -> None:
+    """Finance users and platform admins manage prices, periods, budgets and adjustments."""
+    if not (is_finance(user) or is_platform_admin(user)):
+        raise PolicyRefusal("Only finance users and platform admins may do this.")
+
+
+def _rate_snapshot(card: RateCard) -> dict:
+    values = {f: getattr(card, f) for f in RATE_FIELDS}
+    return {"gpu_model": card.gpu_model.name} | {
+        name: None if value is None else str(value) for name, value in values.items()
+    }
+
+
+def _metered_horizon(gpu_model) -> datetime | None:
+    """The end of the latest slice already charged for the model: prices before it are final."""
+    return LedgerEntry.objects.filter(gpu_model=gpu_model).aggregate(end=Max("slice_end"))["end"]
+
+
+def _check_rate_card(card: RateCard, *, previous: RateCard | None = None) -> None:
+    card.full_clean()
+    overlapping = RateCard.objects.filter(gpu_model=card.gpu_model).exclude(pk=card.pk)
+    overlapping = overlapping.filter(
+        Q(effective_to__isnull=True) | Q(effective_to__gt=card.effective_from)
+    )
+    if card.effective_to is not None:
+        overlapping = overlapping.filter(effective_from__lt=card.effective_to)
+    clash = overlapping.first()
+    if clash:
+        until = f"{clash.effective_to:%Y-%m-%d %H:%M}" if clash.effective_to else "open-ended"
+        raise ValidationError(
+            {
+                "effective_from": (
+                    f"Overlaps the {card.gpu_model} rate card in force from "
+                    f"{clash.effective_from:%Y-%m-%d %H:%M} ({until}); end that one first."
+                )
+            }
+        )
+    horizon = _metered_horizon(card.gpu_model)
+    changed_from = _changed_from(previous, card)
+    if horizon is not None and changed_from is not None and changed_from < horizon:
+        raise ValidationError(
+            {
+                "effective_from": (
+                    f"Usage up to {horizon:%Y-%m-%d %H:%M} UTC is already charged at the price "
+                    "then in force; a change may only take effect after that."
+                )
+            }
+        )
+
+
+def _changed_from(previous: RateCard | None, card: RateCard) -> datetime | None:
+    """The first instant whose price the edit changes (None: nothing changes)."""
+    if previous is None:
+        return card.effective_from
+    if _price_terms(previous) != _price_terms(card):
+        return min(previous.effective_from, card.effective_from)
+    moments = []
+    if previous.effective_from != card.effective_from:
+        moments.append(min(previous.effective_from, card.effective_from))
+    if previous.effective_to != card.effective_to:
+        ends = [e for e in (previous.effective_to, card.effective_to) if e is not None]
+        moments.append(min(ends))
+    return min(moments) if moments else None
+
+
+def _price_terms(card: RateCard) -> tuple:
+    return (
+        card.price_per_gpu_hour,
+        card.currency,
+        card.over_quota_multiplier,
+        card.energy_price_per_kwh,
+    )
+
+
+@transaction.atomic
+def rate_card_create(*, actor, gpu_model, **fields) -> RateCard:
+    """Add a price for a GPU model from `effective_from`. Refuses overlaps with the model's other
+    cards and any start before time already charged. Audited."""
+    require_billing_admin(actor)
+    _serialize_rate_changes()
+    card = RateCard(gpu_model=gpu_model, **fields)
+    card.currency = (card.currency or settings.BILLING_CURRENCY).upper()
+    _check_rate_card(card)
+    card.save()
+    audit_record(actor=actor, action="rate_card.create", target=card, after=_rate_snapshot(card))
+    return card
+
+
+@transaction.atomic
+def rate_card_update(*, actor, card: RateCard, **fields) -> RateCard:
+    """Change a rate card (e.g. end it so a new price can start). Time already charged keeps its
+    price: the change must take effect after the metered horizon. Audited."""
+    require_billing_admin(actor)
+    _serialize_rate_changes()
+    card = RateCard.objects.select_for_update().select_related("gpu_model").get(pk=card.pk)
+    before = _rate_snapshot(card)
+    previous = RateCard(**{f: getattr(card, f) for f in RATE_FIELDS}, gpu_model=card.gpu_model)
+    for name, value in fields.items():
+        setattr(card, name, value)
+    card.currency = card.currency.upper()
+    _check_rate_card(card, previous=previous)
+    card.save()
+    audit_record(
+        actor=actor,
+        action="rate_card.change",
+        target=card,
+        before=before,
+        after=_rate_snapshot(card),
+    )
+    return card
+
+
+def _serialize_rate_changes() -> None:
+    """Two racing edits must not both pass the overlap check (SQLite has no exclusion
+    constraint; PostgreSQL has one, this just gives a clean error instead of an IntegrityError)."""
+    list(RateCard.objects.select_for_update().values_list("pk", flat=True))
+
+
+def period_get_or_create(month) -> BillingPeriod:
+    period, _ = BillingPeriod.objects.get_or_create(month=month)
+    return period
+
+
+def _require_open(period: BillingPeriod, verb: str) -> None:
+    if period.is_closed:
+        raise ConflictError(
+            f"Billing period {period} is closed; {verb} is not possible. "
+            "Book a correction as an adjustment in an open period.",
+            code="period_closed",
+        )
+
+
+@transaction.atomic
+def period_close(*, actor, period: BillingPeriod, now: datetime | None = None) -> BillingPeriod:
+    """Close a finished month after charging its last hours. From then on its ledger entries,
+    adjustments and budgets never change (PostgreSQL also enforces it with triggers). Audited."""
+    from apps.billing.metering import meter_interval
+
+    require_billing_admin(actor)
+    now = now or timezone.now()
+    period = BillingPeriod.objects.select_for_update().get(pk=period.pk)
+    _require_open(period, "closing it again")
+    start, end = month_bounds(period.month)
+    if now < end:
+        raise ConflictError(
+            f"{period} is not over yet; it can be closed from {end:%Y-%m-%d %H:%M} UTC.",
+            code="period_not_over",
+        )
+    meter_interval(start=start, end=end, now=now)
+    period.refresh_from_db()
+    period.status, period.closed_at, period.closed_by = PeriodStatus.CLOSED, now, actor
+    period.save(update_fields=["status", "closed_at", "closed_by"])
+    audit_record(
+        actor=actor,
+        action="billing_period.close",
+        target=period,
+        before={"status": PeriodStatus.OPEN},
+        after={"status": PeriodStatus.CLOSED, "total": str(team_total_all(period))},
+    )
+    return period
+
+
+def team_total_all(period: BillingPeriod) -> Decimal:
+    return LedgerEntry.objects.filter(period=period).aggregate(t=Sum("cost"))["t"] or Decimal(0)
+
+
+@transaction.atomic
+def adjustment_create(
+    *,
+    actor,
+    team,
+    amount: Decimal,
+    reason: str,
+    period: BillingPeriod | None = None,
+    corrects_entry: LedgerEntry | None = None,
+    corrects_period: BillingPeriod | None = None,
+    now: datetime | None = None,
+) -> Adjustment:
+    """Book a correction (negative: a credit) for a team in an open period (default: the
+    current month). It appears in the ledger and every export as its own line. Audited."""
+    require_billing_admin(actor)
+    now = now or timezone.now()
+    if not reason.strip():
+        raise ValidationError({"reason": "Say what the adjustment corrects."})
+    amount = Decimal(amount)
+    if amount == 0 or amount != amount.quantize(CENT):
+        raise ValidationError({"amount": "Give a non-zero amount in whole cents."})
+    period = period or period_get_or_create(month_start(now))
+    period = BillingPeriod.objects.select_for_update().get(pk=period.pk)
+    _require_open(period, "booking an adjustment in it")
+    if corrects_entry is not None and corrects_entry.team_id not in (None, team.pk):
+        raise ValidationError({"corrects_entry": "That entry belongs to another team."})
+    adjustment = Adjustment.objects.create(
+        period=period,
+        team=team,
+        amount=amount,
+        reason=reason.strip(),
+        corrects_entry=corrects_entry,
+        corrects_period=corrects_period or (corrects_entry.period if corrects_entry else None),
+        created_by=actor,
+    )
+    start, _ = month_bounds(period.month)
+    moment = max(min(now, month_bounds(period.month)[1] - timedelta(seconds=1)), start)
+    LedgerEntry.objects.create(
+        period=period,
+        team=team,
+        source=ChargeSource.ADJUSTMENT,
+        source_id=adjustment.pk,
+        slice_start=moment,
+        slice_end=moment,
+        cost=amount,
+        gpu_cost=amount,
+    )
+    audit_record(
+        actor=actor,
+        action="adjustment.create",
+        target=adjustment,
+        after={"team": team.slug, "amount": str(amount), "period": str(period), "reason": reason},
+    )
+    return adjustment
+
+
+@transaction.atomic
+def budget_set(
+    *, actor, team, period: BillingPeriod, amount: Decimal, enforcement: str = Enforcement.ALERT
+) -> Budget:
+    """Set a team's budget for a month and whether it only alerts or also blocks bookings.
+    Audited."""
+    require_billing_admin(actor)
+    period = BillingPeriod.objects.select_for_update().get(pk=period.pk)
+    _require_open(period, "changing its budgets")
+    amount = Decimal(amount)
+    if amount < 0:
+        raise ValidationError({"amount": "A budget cannot be negative."})
+    if enforcement not in Enforcement.values:
+        raise ValidationError({"enforcement": f"Choose one of {', '.join(Enforcement.values)}."})
+    budget = Budget.objects.select_for_update().filter(team=team, period=period).first()
+    before = {"amount": str(budget.amount), "enforcement": budget.enforcement} if budget else None
+    if budget is None:
+        budget = Budget(team=team, period=period)
+    budget.amount, budget.enforcement = amount.quantize(CENT), enforcement
+    budget.full_clean()
+    budget.save()
+    audit_record(
+        actor=actor,
+        action="budget.change" if before else "budget.create",
+        target=budget,
+        before=before,
+        after={"amount": str(budget.amount), "enforcement": enforcement},
+    )
+    budget_alerts_check(budget=budget)
+    return budget
+
+
+def budget_alerts_check(*, budget: Budget) -> list[BudgetAlert]:
+    """Record (once each) the 50/80/100 % thresholds the team's spend has crossed and email the
+    team admins; the alerts also show in the portal and the API."""
+    if budget.amount <= 0:
+        return []
+    spent = team_spend(team=budget.team, period=budget.period)
+    crossed = [t for t in BUDGET_THRESHOLDS if spent * 100 >= budget.amount * t]
+    known = set(budget.alerts.values_list("threshold", flat=True))
+    created = []
+    for threshold in crossed:
+        if threshold in known:
+            continue
+        created.append(
+            BudgetAlert.objects.create(
+                budget=budget, threshold=threshold, spent=spent.quantize(CENT)
+            )
+        )
+    if created:
+        _email_budget_alert(budget, max(a.threshold for a in created), spent)
+    return created
+
+
+def budget_alerts_check_all(*, periods) -> int:
+    count = 0
+    for budget in Budget.objects.filter(period__in=periods).select_related("team", "period"):
+        count += len(budget_alerts_check(budget=budget))
+    return count
+
+
+def _email_budget_alert(budget: Budget, threshold: int, spent: Decimal) -> None:
+    recipients = sorted(
+        set(
+            Membership.objects.filter(team=budget.team, role=TeamRole.TEAM_ADMIN).values_list(
+                "user__email", flat=True
+            )
+        )
+        - {""}
+    )
+    if not recipients:
+        return
+    subject = (
+        f"[GPU portal] {budget.team.slug} has used {threshold} % of its {budget.period} budget"
+    )
+    body = (
+        f"Team {budget.team.name} has been charged {spent.quantize(CENT)} of its "
+        f"{budget.amount} budget for {budget.period} ({threshold} % threshold)."
+    )
+    transaction.on_commit(lambda: send_mail(subject, body, None, recipients, fail_silently=True))
+
+
+def projected_booking_cost(*, gpu_model, count: int, start: datetime, end: datetime) -> Decimal:
+    """List price of holding `count` GPUs over [start, end) at the rates in force then."""
+    total = Decimal(0)
+    cursor = start
+    while cursor < end:
+        card = rate_card_at(gpu_model_name=gpu_model.name, at=cursor)
+        piece_end = end
+        if card and card.effective_to and card.effective_to < end:
+            piece_end = card.effective_to
+        elif card is None:
+            upcoming = (
+                RateCard.objects.filter(gpu_model=gpu_model, effective_from__gt=cursor)
+                .order_by("effective_from")
+                .first()
+            )
+            piece_end = min(end, upcoming.effective_from) if upcoming else end
+        seconds = Decimal(int((piece_end - cursor).total_seconds()))
+        if card:
+            total += seconds * count * card.price_per_gpu_hour / Decimal(3600)
+        cursor = piece_end
+    return total
+
+
+def booked_cost(*, team, period: BillingPeriod, now: datetime) -> Decimal:
+    """What the team's bookings will cost from now to the end of the period (not yet metered)."""
+    from apps.reservations.models import ReservationGpu
+
+    _, period_end = month_bounds(period.month)
+    holdings = ReservationGpu.objects.filter(
+        active=True, reservation__team=team, end__gt=now, start__lt=period_end
+    ).select_related("gpu__model")
+    total = Decimal(0)
+    for holding in holdings:
+        total += projected_booking_cost(
+            gpu_model=holding.gpu.model,
+            count=1,
+            start=max(holding.start, now),
+            end=min(holding.end, period_end),
+        )
+    return total
+
+
+def check_booking_budget(*, team, gpu_model, count, start, end) -> None:
+    """The reservation budget hook (settings.RESERVATION_BUDGET_CHECK): a team in `block` mode
+    cannot book more than is left of its budget for the month the booking starts in."""
+    if settings.BILLING_MODE == "showback":
+        return
+    now = timezone.now()
+    period = BillingPeriod.objects.filter(month=month_start(start)).first()
+    budget = budget_for(team=team, period=period)
+    if budget is None or budget.enforcement != Enforcement.BLOCK:
+        return
+    _, period_end = month_bounds(period.month)
+    cost = projected_booking_cost(
+        gpu_model=gpu_model, count=count, start=start, end=min(end, period_end)
+    )
+    spent = team_spend(team=team, period=period)
+    booked = booked_cost(team=team, period=period, now=now)
+    left = budget.amount - spent - booked
+    if cost > left:
+        raise PolicyRefusal(
+            f"This booking would cost {cost.quantize(CENT)} but only {max(left, 0).quantize(CENT)} "
+            f"is left of {team.slug}'s {budget.amount} budget for {period}.",
+            code="budget_exhausted",
+            detail={
+                "budget": str(budget.amount),
+                "spent": str(spent.quantize(CENT)),
+                "booked": str(booked.quantize(CENT)),
+                "left": str(left.quantize(CENT)),
+                "booking_cost": str(cost.quantize(CENT)),
+                "period": str(period),
+            },
+        )

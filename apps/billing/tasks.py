@@ -1,0 +1,19 @@
+from datetime import timedelta
+
+from celery import shared_task
+from django.conf import settings
+from django.utils import timezone
+
+from apps.billing.metering import floor_hour, meter_interval
+from apps.billing.models import BillingPeriod
+from apps.billing.services import budget_alerts_check_all
+
+
+@shared_task(name="billing.meter", acks_late=True)
+def meter() -> dict:
+    """Charge the last complete hours (idempotent), then check budget thresholds."""
+    end = floor_hour(timezone.now())
+    start = end - timedelta(hours=settings.BILLING_METER_LOOKBACK_HOURS)
+    result = meter_interval(start=start, end=end)
+    alerts = budget_alerts_check_all(periods=BillingPeriod.objects.filter(pk__in=result.periods))
+    return {"inserted": result.inserted, "skipped_closed": result.skipped_closed, "alerts": alerts}

@@ -1,0 +1,213 @@
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
+
+from apps.billing import exports, figures, selectors, services
+from apps.billing.choices import ExportFormat
+from apps.billing.forms import AdjustmentForm, BudgetForm, RateCardEndForm, RateCardForm
+from apps.billing.models import Adjustment, BillingPeriod, RateCard
+from apps.billing.periods import month_start, parse_period
+from apps.reservations.views import _add_service_error as add_service_error
+from apps.teams.models import Team
+from apps.teams.permissions import is_finance, is_platform_admin
+from portal.exceptions import ApplicationError
+
+
+def _require_billing_admin(user) -> None:
+    if not (is_finance(user) or is_platform_admin(user)):
+        raise PermissionDenied("Only finance users and platform admins may see billing.")
+
+
+def _chosen_period(request) -> tuple[BillingPeriod, str | None]:
+    """The period in ?period= (default: this month) and an error message if it was bad."""
+    now = timezone.now()
+    try:
+        month = parse_period(request.GET.get("period") or f"{now:%Y-%m}", now=now)
+        error = None
+    except ApplicationError as refusal:
+        month, error = month_start(now), refusal.message
+    return services.period_get_or_create(month), error
+
+
+@login_required
+def chargeback_view(request):
+    """Finance: a month's charges per team, downloads, adjustments and closing the period."""
+    _require_billing_admin(request.user)
+    period, error = _chosen_period(request)
+    if error:
+        messages.error(request, error)
+    adjustment_form = AdjustmentForm(request.POST or None)
+    if request.method == "POST":
+        try:
+            if request.POST.get("action") == "close":
+                services.period_close(actor=request.user, period=period)
+                messages.success(request, f"{period} is closed; its charges are final.")
+                return redirect(f"{request.path}?period={period.month:%Y-%m}")
+            if adjustment_form.is_valid():
+                data = adjustment_form.cleaned_data
+                services.adjustment_create(
+                    actor=request.user,
+                    team=data["team"],
+                    amount=data["amount"],
+                    reason=data["reason"],
+                    corrects_period=period,
+                )
+                messages.success(request, f"Adjustment of {data['amount']} booked.")
+                return redirect(f"{request.path}?period={period.month:%Y-%m}")
+        except (ApplicationError, ValidationError) as refusal:
+            add_service_error(adjustment_form, refusal)
+    team_slug = request.GET.get("team", "")
+    totals = exports.team_totals(period)
+    if team_slug:
+        totals = [t for t in totals if t["sub_account"] == team_slug]
+    return render(
+        request,
+        "billing/chargeback.html",
+        {
+            "period": period,
+            "periods": BillingPeriod.objects.all()[:24],
+            "teams": Team.objects.order_by("slug"),
+            "team_slug": team_slug,
+            "totals": totals,
+            "grand_total": sum((t["cost"] for t in totals), start=0),
+            "grand_hours": sum((t["gpu_hours"] for t in totals), start=0),
+            "formats": ExportFormat.choices,
+            "adjustment_form": adjustment_form,
+            "adjustments": Adjustment.objects.filter(period=period).select_related("team"),
+            "showback": settings.BILLING_MODE == "showback",
+            "currency": settings.BILLING_CURRENCY,
+            "can_close": not period.is_closed and timezone.now() >= _period_end(period),
+        },
+    )
+
+
+def _period_end(period):
+    from apps.billing.periods import month_bounds
+
+    return month_bounds(period.month)[1]
+
+
+@login_required
+def rate_cards_view(request):
+    """Everyone sees the prices; finance and platform admins add rate cards and end them."""
+    can_edit = is_finance(request.user) or is_platform_admin(request.user)
+    form = RateCardForm(request.POST or None, initial={"currency": settings.BILLING_CURRENCY})
+    end_form = RateCardEndForm(request.POST or None)
+    if request.method == "POST":
+        if not can_edit:
+            raise PermissionDenied("Only finance users and platform admins may change prices.")
+        try:
+            if request.POST.get("card"):
+                card = get_object_or_404(RateCard, pk=request.POST["card"])
+                if end_form.is_valid():
+                    services.rate_card_update(
+                        actor=request.user,
+                        card=card,
+                        effective_to=end_form.cleaned_data["effective_to"],
+                    )
+                    messages.success(request, f"Rate card for {card.gpu_model} ends then.")
+                    return redirect("billing:rate-cards")
+                form = RateCardForm(initial={"currency": settings.BILLING_CURRENCY})
+                form.add_error(None, "Give the end time as YYYY-MM-DD HH:MM (UTC).")
+            elif form.is_valid():
+                data = dict(form.cleaned_data)
+                services.rate_card_create(
+                    actor=request.user, gpu_model=data.pop("gpu_model"), **data
+                )
+                messages.success(request, "Rate card added.")
+                return redirect("billing:rate-cards")
+        except (ApplicationError, ValidationError) as refusal:
+            add_service_error(form, refusal)
+    return render(
+        request,
+        "billing/rate_cards.html",
+        {
+            "cards": RateCard.objects.select_related("gpu_model").order_by(
+                "gpu_model__name", "-effective_from"
+            ),
+            "form": form,
+            "can_edit": can_edit,
+        },
+    )
+
+
+@login_required
+def budgets_view(request):
+    """Budgets and burn-down of the teams the user may see; finance and admins set them."""
+    can_edit = is_finance(request.user) or is_platform_admin(request.user)
+    period, error = _chosen_period(request)
+    if error:
+        messages.error(request, error)
+    form = BudgetForm(request.POST or None)
+    if request.method == "POST":
+        if not can_edit:
+            raise PermissionDenied("Only finance users and platform admins may set budgets.")
+        if form.is_valid():
+            data = form.cleaned_data
+            try:
+                services.budget_set(
+                    actor=request.user,
+                    team=data["team"],
+                    period=period,
+                    amount=data["amount"],
+                    enforcement=data["enforcement"],
+                )
+            except (ApplicationError, ValidationError) as refusal:
+                add_service_error(form, refusal)
+            else:
+                messages.success(request, f"Budget of {data['team'].slug} for {period} saved.")
+                return redirect(f"{request.path}?period={period.month:%Y-%m}")
+    now = timezone.now()
+    teams = Team.objects.for_user(request.user).order_by("slug")
+    rows = [
+        {
+            **selectors.burn_down(team=team, period=period, now=now),
+            "alerts": selectors.budget_alerts_for_teams([team.pk]).filter(budget__period=period),
+        }
+        for team in teams
+    ]
+    return render(
+        request,
+        "billing/budgets.html",
+        {
+            "period": period,
+            "periods": BillingPeriod.objects.all()[:24],
+            "rows": rows,
+            "form": form,
+            "can_edit": can_edit,
+            "currency": settings.BILLING_CURRENCY,
+        },
+    )
+
+
+@login_required
+def cost_dashboard_view(request):
+    """Cost by team per month, burn-down against budget, split by GPU model, over-quota share.
+    Members see their own teams; finance and platform admins every team and the platform."""
+    period, error = _chosen_period(request)
+    if error:
+        messages.error(request, error)
+    teams = list(Team.objects.for_user(request.user).order_by("slug"))
+    sees_all = is_finance(request.user) or is_platform_admin(request.user)
+    chosen = request.GET.get("team", "")
+    if chosen:
+        teams = [t for t in teams if t.slug == chosen]
+    context = figures.cost_figures(
+        period=period, teams=teams, include_platform=sees_all and not chosen, now=timezone.now()
+    )
+    return render(
+        request,
+        "billing/cost_dashboard.html",
+        {
+            **context,
+            "period": period,
+            "periods": BillingPeriod.objects.all()[:24],
+            "all_teams": Team.objects.for_user(request.user).order_by("slug"),
+            "team_slug": chosen,
+            "currency": settings.BILLING_CURRENCY,
+            "showback": settings.BILLING_MODE == "showback",
+        },
+    )
