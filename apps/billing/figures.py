@@ -24,7 +24,11 @@ MONTHS_SHOWN = 6
 
 
 def _figure_json(figure: go.Figure) -> dict:
-    return json.loads(figure.to_json())
+    """The figure as plain JSON, without plotly's default template (it weighs ~10 kB and our
+    layout sets what matters)."""
+    data = json.loads(figure.to_json())
+    data["layout"].pop("template", None)
+    return data
 
 
 def cost_figures(*, period: BillingPeriod, teams: list, include_platform: bool, now) -> dict:

@@ -70,6 +70,7 @@ def chargeback_view(request):
             "period": period,
             "periods": BillingPeriod.objects.all()[:24],
             "teams": Team.objects.order_by("slug"),
+            "all_teams": Team.objects.order_by("slug"),
             "team_slug": team_slug,
             "totals": totals,
             "grand_total": sum((t["cost"] for t in totals), start=0),
