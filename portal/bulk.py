@@ -10,13 +10,20 @@ from django.db import connection, transaction
 
 
 def insert_ignoring_duplicates(
-    table: str, columns: Sequence[str], rows: Iterable[tuple], *, conflict: Sequence[str]
+    table: str,
+    columns: Sequence[str],
+    rows: Iterable[tuple],
+    *,
+    conflict: Sequence[str],
+    known_new: bool = False,
 ) -> int:
     """Insert `rows` into `table`, skipping any that violate the unique key `conflict`.
 
     PostgreSQL: COPY into a temporary staging table, then one INSERT ... SELECT ... ON CONFLICT
-    DO NOTHING. SQLite: executemany of INSERT ... ON CONFLICT DO NOTHING. Datetimes must be
-    aware; they are adapted as the ORM would store them. Returns the number of rows inserted.
+    DO NOTHING; with `known_new` (the caller holds a lock and has checked that none of the rows
+    can exist yet) a plain COPY into the table, several times faster. SQLite: executemany of
+    INSERT ... ON CONFLICT DO NOTHING. Datetimes must be aware; they are adapted as the ORM
+    would store them. Returns the number of rows inserted.
     """
     column_list = ", ".join(columns)
     conflict_list = ", ".join(conflict)
@@ -33,6 +40,17 @@ def insert_ignoring_duplicates(
                 prepared,
             )
             return cursor.rowcount
+    if known_new:
+        inserted = 0
+        with (
+            transaction.atomic(),
+            connection.cursor() as cursor,
+            cursor.cursor.copy(f"COPY {table} ({column_list}) FROM STDIN") as copy,
+        ):
+            for row in rows:
+                copy.write_row(row)
+                inserted += 1
+        return inserted
     staging = f"{table}_staging"
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from decimal import ROUND_HALF_EVEN, Decimal
+from functools import lru_cache
 
 from django.conf import settings
 from django.db.models import Case, DecimalField, ExpressionWrapper, F, IntegerField, Q, Sum, When
@@ -220,7 +221,7 @@ def table_rows(scope: ExportScope) -> Iterator[dict]:
             "gpu_uuid": line.get("gpu__uuid") or "",
             "node": line.get("gpu__node__hostname") or "",
             "gpu_index": "" if line.get("gpu__index") is None else line["gpu__index"],
-            "over_quota": line.get("over_quota", ""),
+            "over_quota": flag(line["over_quota"]) if "over_quota" in line else "",
             "unit_price": line.get("unit_price", ""),
             "gpu_hours": gpu_hours(line["sum_gpu_seconds"]),
             "busy_gpu_hours": gpu_hours(line["sum_busy_seconds"]),
@@ -231,7 +232,7 @@ def table_rows(scope: ExportScope) -> Iterator[dict]:
             "held_idle_cost": cents(line["held_idle_cost"] or Decimal(0)),
             "over_quota_cost": cents(line["over_quota_cost"] or Decimal(0)),
             "currency": settings.BILLING_CURRENCY,
-            "draft": scope.draft,
+            "draft": flag(scope.draft),
         }
         yield {name: row[name] for name in columns}
 
@@ -242,16 +243,15 @@ class _Echo:
 
 
 def csv_chunks(header: list[str], rows: Iterator[dict]) -> Iterator[str]:
+    """CSV text, one line per chunk (None is written as an empty field)."""
     writer = csv.writer(_Echo())
     yield writer.writerow(header)
     for row in rows:
-        yield writer.writerow([_csv_value(row[name]) for name in header])
+        yield writer.writerow(list(map(row.__getitem__, header)))
 
 
-def _csv_value(value):
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return "" if value is None else value
+def flag(value: bool) -> str:
+    return "true" if value else "false"
 
 
 def json_chunks(scope: ExportScope, rows: Iterator[dict]) -> Iterator[str]:
@@ -347,6 +347,7 @@ FOCUS_COLUMNS = [
 ]  # fmt: skip
 
 
+@lru_cache(maxsize=4096)
 def _focus_time(moment: datetime | date) -> str:
     if not isinstance(moment, datetime):
         moment = datetime(moment.year, moment.month, moment.day, tzinfo=UTC)
@@ -358,6 +359,8 @@ def focus_rows(scope: ExportScope) -> Iterator[dict]:
     period_start, period_end = month_bounds(scope.period.month)
     provider = settings.BILLING_PROVIDER_NAME
     currency = settings.BILLING_CURRENCY
+    draft = flag(scope.draft)
+    billing_start, billing_end = _focus_time(period_start), _focus_time(period_end)
     for line in export_lines(ExportScope(scope.period, scope.team_id, DETAIL)):
         source = line["source"]
         adjustment = source == ChargeSource.ADJUSTMENT
@@ -375,8 +378,8 @@ def focus_rows(scope: ExportScope) -> Iterator[dict]:
             "BillingAccountName": provider,
             "BillingAccountType": "Internal",
             "BillingCurrency": currency,
-            "BillingPeriodEnd": _focus_time(period_end),
-            "BillingPeriodStart": _focus_time(period_start),
+            "BillingPeriodEnd": billing_end,
+            "BillingPeriodStart": billing_start,
             "ChargeCategory": "Adjustment" if adjustment else "Usage",
             "ChargeClass": "Correction" if adjustment else None,
             "ChargeDescription": _charge_description(line),
@@ -421,8 +424,8 @@ def focus_rows(scope: ExportScope) -> Iterator[dict]:
             "x_EnergyKwh": line["sum_energy_kwh"],
             "x_ReservationId": line["source_id"] if source == ChargeSource.RESERVATION else None,
             "x_JobId": line["source_id"] if source == ChargeSource.JOB else None,
-            "x_OverQuota": line["over_quota"],
-            "x_Draft": scope.draft,
+            "x_OverQuota": flag(line["over_quota"]),
+            "x_Draft": draft,
         }
 
 

@@ -120,7 +120,8 @@ class LedgerEntry(models.Model):
         ordering = ["slice_start", "id"]
         constraints = [
             models.UniqueConstraint(
-                fields=["source", "source_id", "gpu", "slice_start"],
+                # slice_start first: metering asks "is anything charged in this window yet?"
+                fields=["slice_start", "gpu", "source", "source_id"],
                 name="ledger_unique_source_gpu_slice",
             ),
             models.CheckConstraint(

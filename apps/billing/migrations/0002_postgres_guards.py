@@ -43,7 +43,21 @@ BEGIN
   RETURN NEW;
 END $$ LANGUAGE plpgsql;
 
-CREATE TRIGGER ledger_closed_period_guard BEFORE INSERT OR UPDATE OR DELETE ON billing_ledgerentry
+-- Ledger inserts come by the hundred thousand (metering): one check per statement, not per row.
+CREATE FUNCTION billing_ledger_insert_in_open_period() RETURNS trigger AS $$
+BEGIN
+  IF EXISTS (SELECT 1 FROM new_rows n JOIN billing_billingperiod p ON p.id = n.period_id
+             WHERE p.status = 'closed') THEN
+    RAISE EXCEPTION 'INSERT on billing_ledgerentry refused: its billing period is closed'
+      USING ERRCODE = 'integrity_constraint_violation';
+  END IF;
+  RETURN NULL;
+END $$ LANGUAGE plpgsql;
+
+CREATE TRIGGER ledger_insert_closed_period_guard AFTER INSERT ON billing_ledgerentry
+  REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT
+  EXECUTE FUNCTION billing_ledger_insert_in_open_period();
+CREATE TRIGGER ledger_closed_period_guard BEFORE UPDATE OR DELETE ON billing_ledgerentry
   FOR EACH ROW EXECUTE FUNCTION billing_row_in_open_period();
 CREATE TRIGGER adjustment_closed_period_guard BEFORE INSERT OR UPDATE OR DELETE
   ON billing_adjustment FOR EACH ROW EXECUTE FUNCTION billing_row_in_open_period();
@@ -55,6 +69,8 @@ BACKWARD = """
 DROP TRIGGER IF EXISTS budget_closed_period_guard ON billing_budget;
 DROP TRIGGER IF EXISTS adjustment_closed_period_guard ON billing_adjustment;
 DROP TRIGGER IF EXISTS ledger_closed_period_guard ON billing_ledgerentry;
+DROP TRIGGER IF EXISTS ledger_insert_closed_period_guard ON billing_ledgerentry;
+DROP FUNCTION IF EXISTS billing_ledger_insert_in_open_period();
 DROP FUNCTION IF EXISTS billing_row_in_open_period();
 DROP TRIGGER IF EXISTS billing_period_closed_guard ON billing_billingperiod;
 DROP FUNCTION IF EXISTS billing_period_stays_closed();

@@ -1,0 +1,208 @@
+"""Billing benchmarks, each beside one raw SQL aggregate of the same data in the same run.
+
+(a) metering: November 2026 for 1,000 GPUs (125 nodes x 8, two models) and 20 teams, bookings
+    covering about 60 % of the GPU-time and an hour rollup for every GPU-hour (720,000 GPU-hours,
+    ~720,000 rollup rows): meter_interval over the month, then a re-run (inserts nothing).
+    Baseline: one SQL aggregate of the same holdings and rollups per team. Target: < 60 s.
+(b) FOCUS export of that month (every ledger line, streamed as CSV to a null sink), with the
+    peak Python memory it took (tracemalloc), vs one SQL GROUP BY of the ledger into the same
+    lines. Target: < 10 s and bounded memory.
+
+Run: .venv/bin/python bench/billing.py [--gpus 1000] [--no-rollups]
+Uses its own PostgreSQL database (portal_bench_billing, dropped and rebuilt).
+"""
+
+import argparse
+import os
+import random
+import sys
+import time
+import tracemalloc
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ["DATABASE_URL"] = "postgres://postgres@127.0.0.1:5432/portal_bench_billing"
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bench.settings")
+
+import django  # noqa: E402
+
+django.setup()
+
+from django.db import connection  # noqa: E402
+
+from bench.common import recreate_database  # noqa: E402
+
+NOV = datetime(2026, 11, 1, tzinfo=UTC)
+DEC = datetime(2026, 12, 1, tzinfo=UTC)
+NOW = datetime(2026, 12, 2, tzinfo=UTC)
+TEAMS = 20
+MODELS = (("H100-SXM-80GB", Decimal("2.50")), ("A100-SXM4-80GB", Decimal("1.60")))
+
+
+def seed(gpu_count: int, with_rollups: bool) -> None:
+    from apps.billing.models import RateCard
+    from apps.fleet.models import Gpu, GpuModel, Node
+    from apps.reservations.models import Reservation, ReservationGpu
+    from apps.teams.models import Team, User
+
+    rng = random.Random(7)
+    models = []
+    for name, price in MODELS:
+        model = GpuModel.objects.create(name=name, memory_mib=81920)
+        RateCard.objects.create(
+            gpu_model=model,
+            price_per_gpu_hour=price,
+            effective_from=NOV - timedelta(days=60),
+            over_quota_multiplier=Decimal("1.25"),
+            energy_price_per_kwh=Decimal("0.21"),
+        )
+        models.append(model)
+    nodes = Node.objects.bulk_create(Node(hostname=f"gpu-{i:04d}") for i in range(gpu_count // 8))
+    gpus = Gpu.objects.bulk_create(
+        Gpu(node=node, index=i, uuid=f"GPU-{node.hostname}-{i}", model=models[n % 2],
+            nvlink_domain=node.hostname)
+        for n, node in enumerate(nodes) for i in range(8)
+    )  # fmt: skip
+    teams = Team.objects.bulk_create(
+        Team(slug=f"team-{t:02d}", name=f"Team {t}") for t in range(TEAMS)
+    )
+    user = User.objects.create(username="bench")
+    reservations, spans = [], []
+    for gpu in gpus:
+        cursor = NOV + timedelta(minutes=15 * rng.randrange(0, 40))
+        while cursor < DEC:
+            length = timedelta(minutes=15 * rng.randrange(8, 192))  # 2 h to 48 h
+            team = teams[rng.randrange(TEAMS)]
+            reservations.append(
+                Reservation(team=team, created_by=user, gpu_model_id=gpu.model_id, count=1,
+                            start=cursor, end=cursor + length, status="completed",
+                            over_quota=rng.random() < 0.15)
+            )  # fmt: skip
+            spans.append((gpu.id, cursor, cursor + length))
+            cursor += length + timedelta(minutes=15 * rng.randrange(4, 120))
+    created = Reservation.objects.bulk_create(reservations, batch_size=5000)
+    ReservationGpu.objects.bulk_create(
+        (ReservationGpu(reservation=r, gpu_id=g, start=s, end=e)
+         for r, (g, s, e) in zip(created, spans, strict=True)),
+        batch_size=5000,
+    )  # fmt: skip
+    if with_rollups:
+        columns = "gpu_id, bucket, samples, util_avg, busy_seconds, energy_j, power_avg_w"
+        with (
+            connection.cursor() as cursor,
+            cursor.cursor.copy(f"COPY telemetry_gpuhourrollup ({columns}) FROM STDIN") as copy,
+        ):
+            for gpu in gpus:
+                hour = NOV
+                while hour < DEC:
+                    busy = rng.random() * 3600
+                    copy.write_row((gpu.id, hour, 240, busy / 36, busy, 1_800_000.0, 500.0))
+                    hour += timedelta(hours=1)
+    connection.cursor().execute("ANALYZE")
+    print(f"seeded {len(gpus)} GPUs, {TEAMS} teams, {len(reservations)} bookings in November")
+
+
+RAW_METER_BASELINE = """
+SELECT r.team_id,
+       sum(extract(epoch FROM least(h."end", %(end)s) - greatest(h.start, %(start)s))) AS seconds,
+       sum(extract(epoch FROM least(h."end", %(end)s) - greatest(h.start, %(start)s))
+           * rc.price_per_gpu_hour / 3600) AS cost
+FROM reservations_reservationgpu h
+JOIN reservations_reservation r ON r.id = h.reservation_id
+JOIN fleet_gpu g ON g.id = h.gpu_id
+JOIN billing_ratecard rc ON rc.gpu_model_id = g.model_id
+WHERE h.active AND h.start < %(end)s AND h."end" > %(start)s
+GROUP BY r.team_id
+"""
+RAW_ROLLUP_BASELINE = """
+SELECT gpu_id, sum(busy_seconds), sum(energy_j) FROM telemetry_gpuhourrollup
+WHERE bucket >= %(start)s AND bucket < %(end)s GROUP BY gpu_id
+"""
+RAW_FOCUS_BASELINE = """
+SELECT l.team_id, l.source, l.source_id, l.gpu_id, l.over_quota, l.unit_price,
+       date_trunc('day', l.slice_start AT TIME ZONE 'UTC') AS day,
+       sum(l.gpu_seconds), sum(l.busy_seconds), sum(l.energy_kwh), sum(l.cost)
+FROM billing_ledgerentry l WHERE l.period_id = %(period)s
+GROUP BY 1, 2, 3, 4, 5, 6, 7 ORDER BY 1, 7, 2, 3, 4
+"""
+
+
+def timed(fn):
+    t0 = time.perf_counter()
+    result = fn()
+    return result, time.perf_counter() - t0
+
+
+def raw(sql, params):
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchall()
+
+
+def bench_metering():
+    from apps.billing.metering import meter_interval
+    from apps.billing.models import LedgerEntry
+
+    window = {"start": NOV, "end": DEC}
+    _, baseline = timed(lambda: (raw(RAW_METER_BASELINE, window), raw(RAW_ROLLUP_BASELINE, window)))
+    result, first = timed(lambda: meter_interval(start=NOV, end=DEC, now=NOW))
+    again, rerun = timed(lambda: meter_interval(start=NOV, end=DEC, now=NOW))
+    rows = LedgerEntry.objects.count()
+    print("\n(a) metering November (720 hours)")
+    print(f"{'path':44} {'seconds':>9} {'ratio':>7}")
+    print(f"{'raw SQL aggregate (holdings + rollups)':44} {baseline:9.2f} {1:7.1f}")
+    print(f"{'meter_interval, first run':44} {first:9.2f} {first / baseline:7.1f}")
+    print(f"{'meter_interval, re-run (idempotent)':44} {rerun:9.2f} {rerun / baseline:7.1f}")
+    print(f"ledger rows: {rows:,} inserted first: {result.inserted:,}, re-run: {again.inserted}")
+    print(f"target < 60 s: {'met' if first < 60 else 'MISSED'}")
+
+
+class NullSink:
+    def write(self, chunk):
+        return len(chunk)
+
+
+def bench_focus():
+    from apps.billing import exports
+    from apps.billing.models import BillingPeriod
+
+    period = BillingPeriod.objects.get(month=NOV.date())
+    _, baseline = timed(lambda: raw(RAW_FOCUS_BASELINE, {"period": period.pk}))
+    scope = exports.ExportScope(period=period)
+
+    def export():
+        lines, sink = 0, NullSink()
+        for chunk in exports.csv_chunks(exports.FOCUS_COLUMNS, exports.focus_rows(scope)):
+            sink.write(chunk)
+            lines += 1
+        return lines
+
+    lines, seconds = timed(export)
+    tracemalloc.start()  # a second, slower pass only to see the peak memory
+    export()
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    print("\n(b) FOCUS 1.2 export of November")
+    print(f"{'path':44} {'seconds':>9} {'ratio':>7}")
+    print(f"{'raw SQL GROUP BY into the same lines':44} {baseline:9.2f} {1:7.1f}")
+    print(f"{'FOCUS CSV, streamed':44} {seconds:9.2f} {seconds / baseline:7.1f}")
+    print(f"lines: {lines - 1:,}; peak Python memory while streaming: {peak / 2**20:.1f} MiB")
+    print(f"target < 10 s: {'met' if seconds < 10 else 'MISSED'}")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--gpus", type=int, default=1000)
+    parser.add_argument("--no-rollups", action="store_true")
+    args = parser.parse_args()
+    recreate_database()
+    seed(args.gpus, with_rollups=not args.no_rollups)
+    bench_metering()
+    bench_focus()
+
+
+if __name__ == "__main__":
+    main()
