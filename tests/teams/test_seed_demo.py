@@ -1,5 +1,6 @@
 import pytest
 from django.core.management import call_command
+from django.utils import timezone
 
 from apps.fleet.models import Gpu, Node
 from apps.teams.choices import TeamRole
@@ -36,5 +37,14 @@ def test_seed_demo_is_idempotent_and_builds_the_documented_fleet(settings):
     assert User.objects.get(username="admin").is_platform_admin
     from apps.reservations.models import Reservation
 
-    assert Reservation.objects.count() == 4  # sample bookings, not doubled by the second run
-    assert Reservation.objects.filter(status="active").count() == 2
+    current = Reservation.objects.exclude(status="completed")
+    assert current.count() == 4  # sample bookings, not doubled by the second run
+    assert current.filter(status="active").count() == 2
+    from apps.billing.models import Budget, LedgerEntry, RateCard
+
+    # Five weeks of finished bookings, metered once: the second run added nothing.
+    history = Reservation.objects.filter(status="completed")
+    assert history.exists() and not history.filter(end__gt=timezone.now()).exists()
+    charged = LedgerEntry.objects.filter(source="reservation").values("source_id").distinct()
+    assert charged.count() == history.count()
+    assert RateCard.objects.count() == 3 and Budget.objects.count() == 4

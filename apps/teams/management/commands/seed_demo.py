@@ -116,6 +116,9 @@ class Command(BaseCommand):
             )
         if not options["without_reservations"]:
             self._seed_reservations(teams, models)
+            from apps.billing.demo import seed_billing_demo
+
+            seed_billing_demo()
         self.stdout.write(
             self.style.SUCCESS(
                 f"Seeded {Team.objects.count()} teams, {User.objects.count()} users, "
