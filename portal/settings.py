@@ -7,6 +7,7 @@ All variables are listed in `.env.example` and the README. Defaults give the emb
 from pathlib import Path
 
 import environ
+import plotly
 from celery.schedules import crontab
 from django.core.exceptions import ImproperlyConfigured
 
@@ -282,3 +283,6 @@ CELERY_BEAT_SCHEDULE["billing-meter"] = {
 }
 
 # --- Dashboards -----------------------------------------------------------------------------
+# plotly.js is served from the plotly package's own bundled copy (static/vendor/plotly/), never a
+# CDN, so the dashboards work offline and always match the plotly version building the figures.
+STATICFILES_DIRS.append(("vendor/plotly", Path(plotly.__file__).resolve().parent / "package_data"))
