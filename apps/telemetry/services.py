@@ -21,9 +21,12 @@ from apps.audit.services import audit_record
 from apps.fleet.choices import GpuHealth, NodeStatus
 from apps.fleet.models import Gpu, GpuModel, Node
 from apps.telemetry.models import GpuSample, IngestBatch, TelemetryCounter
+from portal.bulk import insert_ignoring_duplicates
 
 logger = logging.getLogger(__name__)
 
+SAMPLE_TABLE = "telemetry_gpusample"
+SAMPLE_KEY = ("gpu_id", "ts")
 SAMPLE_COLUMNS = (
     "gpu_id",
     "ts",
@@ -352,68 +355,26 @@ def _finish(result: IngestResult, *, node: str, reason: str) -> None:
 def _copy_samples(rows: list[tuple]) -> None:
     """Plain COPY of new sample rows (PostgreSQL); raises UniqueViolation on a stored one.
     Elsewhere (SQLite) the careful insert, which is all there is."""
-    if not rows:
-        return
-    if connection.vendor != "postgresql":
-        store_samples(rows)
-        return
-    columns = ", ".join(SAMPLE_COLUMNS)
-    with (
-        connection.cursor() as cursor,
-        cursor.cursor.copy(f"COPY telemetry_gpusample ({columns}) FROM STDIN") as copy,
-    ):
-        for row in rows:
-            copy.write_row(row)
+    insert_ignoring_duplicates(
+        SAMPLE_TABLE, SAMPLE_COLUMNS, rows, conflict=SAMPLE_KEY, known_new=True
+    )
 
 
 def store_samples(rows: list[tuple]) -> int:
     """Insert sample rows, skipping any (gpu, ts) already stored. Returns rows inserted.
 
     PostgreSQL: a plain COPY (fastest); only if it meets a duplicate, COPY into a staging table
-    and INSERT ... ON CONFLICT DO NOTHING. SQLite: batched INSERT OR IGNORE."""
+    and INSERT ... ON CONFLICT DO NOTHING. SQLite: INSERT ... ON CONFLICT DO NOTHING."""
     if not rows:
         return 0
-    columns = ", ".join(SAMPLE_COLUMNS)
-    if connection.vendor != "postgresql":
-        # SQLite (the demo): one statement per row, duplicates skipped, inserted rows counted.
-        adapt = connection.ops.adapt_datetimefield_value  # stored as the ORM stores it
-        placeholders = ", ".join(["%s"] * len(SAMPLE_COLUMNS))
-        with connection.cursor() as cursor:
-            cursor.executemany(
-                f"INSERT INTO telemetry_gpusample ({columns}) VALUES ({placeholders}) "  # noqa: S608
-                "ON CONFLICT (gpu_id, ts) DO NOTHING",
-                [(row[0], adapt(row[1]), *row[2:]) for row in rows],
+    if connection.vendor == "postgresql":
+        try:
+            return insert_ignoring_duplicates(
+                SAMPLE_TABLE, SAMPLE_COLUMNS, rows, conflict=SAMPLE_KEY, known_new=True
             )
-            return cursor.rowcount
-    try:
-        with (
-            transaction.atomic(),
-            connection.cursor() as cursor,
-            cursor.cursor.copy(f"COPY telemetry_gpusample ({columns}) FROM STDIN") as copy,
-        ):
-            for row in rows:
-                copy.write_row(row)
-        return len(rows)
-    except psycopg.errors.UniqueViolation:
-        pass
-    # In one transaction: the staging table empties itself at commit.
-    with transaction.atomic(), connection.cursor() as cursor:
-        create_staging = (
-            "CREATE TEMP TABLE IF NOT EXISTS telemetry_sample_staging ON COMMIT DELETE ROWS AS "  # noqa: S608
-            f"SELECT {columns} FROM telemetry_gpusample WITH NO DATA"
-        )
-        cursor.execute(create_staging)
-        with cursor.cursor.copy(f"COPY telemetry_sample_staging ({columns}) FROM STDIN") as copy:
-            for row in rows:
-                copy.write_row(row)
-        insert = (
-            f"INSERT INTO telemetry_gpusample ({columns}) "  # noqa: S608 - constant columns
-            f"SELECT {columns} FROM telemetry_sample_staging ON CONFLICT (gpu_id, ts) DO NOTHING"
-        )
-        cursor.execute(insert)
-        inserted = cursor.rowcount
-        cursor.execute("DELETE FROM telemetry_sample_staging")
-    return inserted
+        except psycopg.errors.UniqueViolation:
+            pass
+    return insert_ignoring_duplicates(SAMPLE_TABLE, SAMPLE_COLUMNS, rows, conflict=SAMPLE_KEY)
 
 
 def _nodes_seen(hostnames: set[str], now: datetime) -> dict[str, int]:
