@@ -69,7 +69,14 @@ def _by_month(period, team_ids, include_platform) -> dict:
         name = row["team__slug"] or PLATFORM_COST_CENTER
         by_team.setdefault(name, {})[row["period__month"]] = row["total"]
     months = [p.month for p in periods]
-    figure = go.Figure(layout={**LAYOUT, "barmode": "stack", "yaxis": {"title": "cost"}})
+    figure = go.Figure(
+        layout={
+            **LAYOUT,
+            "barmode": "stack",
+            "yaxis": {"title": "cost"},
+            "xaxis": {"type": "category"},
+        }
+    )
     for name in sorted(by_team, key=lambda n: (n == PLATFORM_COST_CENTER, n)):
         figure.add_bar(
             name=name,
