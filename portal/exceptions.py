@@ -68,3 +68,17 @@ def api_exception_handler(exc: Exception, context: dict) -> Response | None:
         code = getattr(message, "code", None) or getattr(exc, "default_code", "error")
         response.data = _body(str(code), str(message))
     return response
+
+
+def show_on_form(form, error: Exception) -> None:
+    """Show a service refusal on a Django form: field errors by field, the rest on top, so
+    pages give the same messages as the API, inline."""
+    from django.core.exceptions import ValidationError
+
+    if isinstance(error, ValidationError) and hasattr(error, "error_dict"):
+        for field, errors in error.message_dict.items():
+            form.add_error(field if field in form.fields else None, errors)
+    elif isinstance(error, ValidationError):
+        form.add_error(None, error.messages)
+    else:
+        form.add_error(None, getattr(error, "message", str(error)))

@@ -10,10 +10,9 @@ from apps.billing.choices import ExportFormat
 from apps.billing.forms import AdjustmentForm, BudgetForm, RateCardEndForm, RateCardForm
 from apps.billing.models import Adjustment, BillingPeriod, RateCard
 from apps.billing.periods import month_start, parse_period
-from apps.reservations.views import _add_service_error as add_service_error
 from apps.teams.models import Team
 from apps.teams.permissions import is_finance, is_platform_admin
-from portal.exceptions import ApplicationError
+from portal.exceptions import ApplicationError, show_on_form
 
 
 def _require_billing_admin(user) -> None:
@@ -58,7 +57,7 @@ def chargeback_view(request):
                 messages.success(request, f"Adjustment of {data['amount']} booked.")
                 return redirect(f"{request.path}?period={period.month:%Y-%m}")
         except (ApplicationError, ValidationError) as refusal:
-            add_service_error(adjustment_form, refusal)
+            show_on_form(adjustment_form, refusal)
     team_slug = request.GET.get("team", "")
     totals = exports.team_totals(period)
     if team_slug:
@@ -121,7 +120,7 @@ def rate_cards_view(request):
                 messages.success(request, "Rate card added.")
                 return redirect("billing:rate-cards")
         except (ApplicationError, ValidationError) as refusal:
-            add_service_error(form, refusal)
+            show_on_form(form, refusal)
     return render(
         request,
         "billing/rate_cards.html",
@@ -157,7 +156,7 @@ def budgets_view(request):
                     enforcement=data["enforcement"],
                 )
             except (ApplicationError, ValidationError) as refusal:
-                add_service_error(form, refusal)
+                show_on_form(form, refusal)
             else:
                 messages.success(request, f"Budget of {data['team'].slug} for {period} saved.")
                 return redirect(f"{request.path}?period={period.month:%Y-%m}")

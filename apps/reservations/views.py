@@ -19,7 +19,7 @@ from apps.reservations.policy import BookingPolicy
 from apps.teams.models import Team
 from apps.teams.permissions import is_finance, is_platform_admin
 from apps.teams.services import quota_set
-from portal.exceptions import ApplicationError
+from portal.exceptions import ApplicationError, show_on_form
 
 WHEN = {
     "upcoming": ("Upcoming", [ReservationStatus.SCHEDULED]),
@@ -29,17 +29,6 @@ WHEN = {
         [ReservationStatus.COMPLETED, ReservationStatus.CANCELLED, ReservationStatus.RELEASED],
     ),
 }
-
-
-def _add_service_error(form, error: Exception) -> None:
-    """Show a service refusal on the form: field errors by field, the rest on top."""
-    if isinstance(error, ValidationError) and hasattr(error, "error_dict"):
-        for field, errors in error.message_dict.items():
-            form.add_error(field if field in form.fields else None, errors)
-    elif isinstance(error, ValidationError):
-        form.add_error(None, error.messages)
-    else:
-        form.add_error(None, error.message)
 
 
 @login_required
@@ -101,7 +90,7 @@ def reservation_create_view(request):
                 same_node=data["same_node"],
             )
         except (ApplicationError, ValidationError) as error:
-            _add_service_error(form, error)
+            show_on_form(form, error)
             conflict = getattr(error, "detail", None)
         else:
             messages.success(request, f"Booked: reservation #{reservation.pk}.")
@@ -215,7 +204,7 @@ def quota_admin_view(request):
                     actor=request.user,
                 )
             except (ApplicationError, ValidationError) as error:
-                _add_service_error(form, error)
+                show_on_form(form, error)
             else:
                 messages.success(request, f"Quota of {data['team'].slug} saved.")
                 return redirect("quotas")
