@@ -266,6 +266,23 @@ CELERY_BEAT_SCHEDULE.update(
 )
 
 # --- Jobs -----------------------------------------------------------------------------------
+# Longest runtime a job may ask for; the agent kills it after that (SIGTERM, grace, SIGKILL).
+JOBS_MAX_RUNTIME_SECONDS = 7 * 24 * 3600
+# A job whose node is lost is requeued at most this many times, then fails.
+JOBS_MAX_REQUEUES = 5
+# Seconds between SIGTERM and SIGKILL when a job is cancelled, preempted or over its runtime.
+JOBS_KILL_GRACE_SECONDS = 30
+# A dispatched job whose node has not reported it started after this is requeued.
+JOBS_START_TIMEOUT_SECONDS = 300
+JOBS_SCHEDULER_POLICY = "fairshare"
+# Fair share weighs past GPU use with this half-life.
+JOBS_USAGE_HALF_LIFE_SECONDS = 7 * 24 * 3600
+JOBS_SCHEDULE_SECONDS = 5
+CELERY_BEAT_SCHEDULE["jobs-schedule"] = {
+    "task": "jobs.schedule",
+    "schedule": JOBS_SCHEDULE_SECONDS,
+    "options": {"expires": JOBS_SCHEDULE_SECONDS},
+}
 
 # --- Billing --------------------------------------------------------------------------------
 # chargeback: money in exports, budgets enforced; showback: GPU-hours only, no money.

@@ -1,5 +1,10 @@
 """API routes of the jobs app, mounted under /api/v1/."""
 
-from django.urls import path  # noqa: F401
+from rest_framework.routers import SimpleRouter
 
-urlpatterns: list = []
+from apps.jobs.api import JobViewSet
+
+router = SimpleRouter()
+router.register("jobs", JobViewSet, basename="job")
+
+urlpatterns: list = router.urls

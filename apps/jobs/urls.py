@@ -1,5 +1,12 @@
-from django.urls import path  # noqa: F401
+from django.urls import path
+
+from apps.jobs import views
 
 app_name = "jobs"
 
-urlpatterns: list = []
+urlpatterns: list = [
+    path("", views.job_list_view, name="job-list"),
+    path("submit/", views.job_submit_view, name="job-submit"),
+    path("<int:pk>/", views.job_detail_view, name="job-detail"),
+    path("<int:pk>/cancel/", views.job_cancel_view, name="job-cancel"),
+]

@@ -52,6 +52,17 @@ def schedulable_gpus(
                 )
             )
         )
+        # GPUs of running jobs (outside reservations) until their maximum runtime ends.
+        from apps.jobs.selectors import job_busy_intervals
+
+        held = {
+            gpu_id
+            for gpu_id, _, _ in job_busy_intervals(
+                start=free_from, end=free_until, gpu_model=gpu_model
+            )
+        }
+        if held:
+            gpus = gpus.exclude(id__in=held)
     rows = _fetch_rows(gpus.values_list("id", "node__hostname", "index", "nvlink_domain", "uuid"))
     return [
         GpuInfo(node=host, index=index, id=pk, nvlink_domain=domain or "", uuid=uuid)
@@ -125,6 +136,13 @@ def busy_intervals(
         end_s=EpochSeconds("node__maintenance_windows__end", round_up=True),
     ).values_list("id", "start_s", "end_s")
     for gpu_id, s, e in _fetch_rows(windows):
+        busy[gpu_id].append((s, e))
+    # Running jobs outside reservations hold their GPUs until their maximum runtime ends.
+    from apps.jobs.selectors import job_busy_intervals
+
+    for gpu_id, s, e in job_busy_intervals(
+        start=start, end=end, gpu_ids=gpu_ids, gpu_model=gpu_model
+    ):
         busy[gpu_id].append((s, e))
     return busy
 

@@ -457,6 +457,9 @@ def nodes_mark_unreachable(*, now: datetime | None = None) -> list[str]:
                 reason=f"no telemetry since {node.last_seen:%Y-%m-%d %H:%M:%S} UTC",
             )
             marked.append(node.hostname)
+            from apps.jobs.services import jobs_requeue_for_node
+
+            jobs_requeue_for_node(node=node, now=now)
     return marked
 
 

@@ -34,6 +34,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     simulated.add_argument("--no-nvlink", action="store_true", help="PCIe-only GPUs")
     simulated.add_argument("--mig-gpus", type=int, default=0, help="GPUs in MIG mode")
     simulated.add_argument("--seed", type=int, default=0)
+    simulated.add_argument(
+        "--run-commands",
+        action="store_true",
+        help="run jobs' real commands (default: a timed sleep of SIMULATED_DURATION seconds)",
+    )
     return parser.parse_args(argv)
 
 
@@ -52,7 +57,9 @@ def main(argv: list[str] | None = None) -> None:
         if args.backend == "simulated"
         else {}
     )
-    app = create_app(hostname=args.hostname, backend=args.backend, **options)
+    app = create_app(
+        hostname=args.hostname, backend=args.backend, run_commands=args.run_commands, **options
+    )
     app.worker_main(
         [
             "worker",

@@ -10,6 +10,7 @@ from celery.signals import worker_ready
 
 from workers.agent.agent import Agent
 from workers.agent.backends import make_reader
+from workers.agent.jobs import JobRunner
 
 BACKENDS = ("real", "simulated")
 PORTAL_QUEUE = "portal"
@@ -46,7 +47,11 @@ def _transport_options(url: str) -> dict:
 
 
 def create_app(
-    *, hostname: str | None = None, backend: str = "simulated", **simulated_options
+    *,
+    hostname: str | None = None,
+    backend: str = "simulated",
+    run_commands: bool = False,
+    **simulated_options,
 ) -> Celery:
     hostname = hostname or socket.gethostname()
     url = broker_url()
@@ -76,6 +81,26 @@ def create_app(
         send=send,
     )
     app.conf.agent = agent
+    nvml = agent.reader.nvml
+    runner = JobRunner(
+        hostname=hostname,
+        report=lambda payload: send("jobs.report", payload),
+        log_dir=Path(os.environ.get("AGENT_JOB_DIR", "var/agent-jobs")) / hostname,
+        simulated=backend == "simulated",
+        run_commands=run_commands,
+        set_load=getattr(nvml, "set_load", None) if backend == "simulated" else None,
+    )
+    app.conf.job_runner = runner
+
+    @app.task(name="agent.launch")
+    def launch(spec: dict) -> str:
+        """Start a job attempt on this node's GPUs (a duplicate delivery is ignored)."""
+        return runner.launch(spec)
+
+    @app.task(name="agent.kill")
+    def kill(job_id: int, attempt: int, grace_seconds: float | None = None) -> str:
+        """Stop a job attempt: SIGTERM to its process group, SIGKILL after the grace period."""
+        return runner.kill(job_id, attempt, grace_seconds)
 
     @app.task(name="agent.ping")
     def ping() -> dict:

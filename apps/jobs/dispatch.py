@@ -1,0 +1,276 @@
+"""The live scheduling cycle: database -> ClusterState -> schedule() -> database + agents.
+
+One cycle runs at a time (a PostgreSQL advisory transaction lock; on SQLite the first write
+takes the database's single write lock). A cycle is idempotent: it only places jobs that are
+still waiting, and a GPU can hold one open allocation at most (a unique constraint).
+"""
+
+import logging
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.utils import timezone
+
+from apps.fleet.models import Gpu
+from apps.jobs import services
+from apps.jobs.choices import ACTIVE_STATUSES, WAITING_STATUSES, JobStatus
+from apps.jobs.models import Job, JobAllocation
+from apps.jobs.scheduler.state import (
+    Booking,
+    ClusterState,
+    Decision,
+    GpuInfo,
+    PriorityClass,
+    QueuedJob,
+    RunningJob,
+    TeamQuota,
+)
+from apps.reservations.choices import OPEN_STATUSES as RESERVATION_OPEN_STATUSES
+from apps.reservations.models import ReservationGpu
+from apps.teams.models import Quota
+
+logger = logging.getLogger(__name__)
+
+ADVISORY_LOCK_KEY = 0x6A6F6273  # "jobs"
+
+
+@dataclass
+class CycleResult:
+    locked: bool = True
+    placed: list[int] = field(default_factory=list)
+    preempted: list[int] = field(default_factory=list)
+    pending: int = 0
+
+
+def _acquire_cycle_lock() -> bool:
+    """Take the cycle lock for the current transaction; False if another cycle holds it."""
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [ADVISORY_LOCK_KEY])
+            return bool(cursor.fetchone()[0])
+        # SQLite: any write statement takes the single write lock until commit.
+        cursor.execute("UPDATE jobs_job SET id = id WHERE 0")
+        return True
+
+
+def _ts(value: datetime) -> float:
+    return value.timestamp()
+
+
+def usage_by_team(*, now: datetime, half_life: float) -> dict[str, float]:
+    """GPU-seconds each team used, each second weighted 0.5 ** (age / half_life)."""
+    horizon = now - timedelta(seconds=half_life * 8)
+    usage: dict[str, float] = {}
+    rows = JobAllocation.objects.filter(start__lt=now).exclude(end__lt=horizon)
+    for team, start, end in rows.values_list("job__team__slug", "start", "end"):
+        start = max(start, horizon)
+        end = min(end or now, now)
+        if end <= start:
+            continue
+        # Integral of 0.5 ** ((now - t) / h) dt over [start, end).
+        k = 0.6931471805599453 / half_life
+        weight = (2 ** (-(now - end).total_seconds() / half_life)) - (
+            2 ** (-(now - start).total_seconds() / half_life)
+        )
+        usage[team] = usage.get(team, 0.0) + weight / k
+    return usage
+
+
+def build_state(*, now: datetime) -> ClusterState:
+    """What the scheduler sees now. Schedulable GPUs are active, healthy, on an up node (not
+    drained, not in a maintenance window now), whole (MIG devices are not offered to jobs)."""
+    gpus = [
+        GpuInfo(
+            gpu_id=g.pk,
+            node=g.node.hostname,
+            model=g.model.name,
+            nvlink_domain=g.nvlink_domain or None,
+        )
+        for g in Gpu.objects.schedulable()
+        .filter(mig_parent__isnull=True)
+        .exclude(node__maintenance_windows__start__lte=now, node__maintenance_windows__end__gt=now)
+        .select_related("node", "model")
+        .order_by("node__hostname", "index")
+    ]
+    bookings = [
+        Booking(
+            reservation_id=h.reservation_id,
+            team=h.reservation.team.slug,
+            gpu_id=h.gpu_id,
+            start=_ts(h.start),
+            end=_ts(h.end),
+        )
+        for h in ReservationGpu.objects.filter(
+            active=True, end__gt=now, reservation__status__in=RESERVATION_OPEN_STATUSES
+        ).select_related("reservation__team")
+    ]
+    open_allocs: dict[int, list[JobAllocation]] = {}
+    for alloc in JobAllocation.objects.filter(end__isnull=True).select_related("gpu__model"):
+        open_allocs.setdefault(alloc.job_id, []).append(alloc)
+    running = []
+    for job in Job.objects.filter(pk__in=open_allocs).select_related("team"):
+        allocs = open_allocs[job.pk]
+        started = job.started_at or job.dispatched_at or min(a.start for a in allocs)
+        running.append(
+            RunningJob(
+                job_id=job.pk,
+                team=job.team.slug,
+                model=allocs[0].gpu.model.name,
+                gpu_ids=tuple(sorted(a.gpu_id for a in allocs)),
+                started_at=_ts(started),
+                max_runtime=float(job.max_runtime_seconds),
+                priority_class=PriorityClass(job.priority_class),
+                over_quota=any(a.over_quota for a in allocs),
+                reservation_id=job.reservation_id,
+            )
+        )
+    queued = [
+        QueuedJob(
+            job_id=job.pk,
+            team=job.team.slug,
+            gpu_model=job.gpu_model.name if job.gpu_model_id else None,
+            gpu_count=job.gpu_count,
+            max_runtime=float(job.max_runtime_seconds),
+            submitted_at=_ts(job.submitted_at),
+            priority_class=PriorityClass(job.priority_class),
+            same_node=job.same_node,
+            reservation_id=job.reservation_id,
+        )
+        for job in Job.objects.filter(status__in=WAITING_STATUSES)
+        .select_related("team", "gpu_model")
+        .order_by("submitted_at", "id")
+    ]
+    quotas = [
+        TeamQuota(
+            team=q.team.slug,
+            model=q.gpu_model.name if q.gpu_model_id else None,
+            guaranteed=q.guaranteed,
+            limit=q.limit,
+        )
+        for q in Quota.objects.select_related("team", "gpu_model")
+    ]
+    return ClusterState(
+        now=_ts(now),
+        gpus=gpus,
+        queued=queued,
+        running=running,
+        bookings=bookings,
+        quotas=quotas,
+        usage=usage_by_team(now=now, half_life=settings.JOBS_USAGE_HALF_LIFE_SECONDS),
+    )
+
+
+def run_scheduler(state: ClusterState) -> Decision:
+    from apps.jobs.scheduler import SchedulerConfig, schedule
+
+    config = SchedulerConfig(
+        usage_half_life_seconds=float(settings.JOBS_USAGE_HALF_LIFE_SECONDS),
+        grace_seconds=float(settings.JOBS_KILL_GRACE_SECONDS),
+    )
+    return schedule(state, settings.JOBS_SCHEDULER_POLICY, config)
+
+
+def launch_spec(job: Job, gpus: list[Gpu], *, rank: int, ranks: int) -> dict:
+    """The message `agent.launch` gets: everything the node needs, nothing from the DB."""
+    return {
+        "job_id": job.pk,
+        "attempt": job.attempt,
+        "name": job.name,
+        "argv": list(job.argv),
+        "workdir": job.workdir,
+        "env": dict(job.env),
+        "gpu_uuids": [g.uuid for g in gpus],
+        "max_runtime_seconds": job.max_runtime_seconds,
+        "grace_seconds": settings.JOBS_KILL_GRACE_SECONDS,
+        "rank": rank,
+        "ranks": ranks,
+    }
+
+
+def _apply(decision: Decision, *, now: datetime, result: CycleResult) -> None:
+    waiting = {
+        j.pk: j
+        for j in Job.objects.select_for_update().filter(
+            pk__in=[p.job_id for p in decision.placements] + [p.job_id for p in decision.pending],
+            status__in=WAITING_STATUSES,
+        )
+    }
+    busy = set(JobAllocation.objects.filter(end__isnull=True).values_list("gpu_id", flat=True))
+    gpus = Gpu.objects.select_related("node").in_bulk(
+        [g for p in decision.placements for g in p.gpu_ids]
+    )
+    for placement in decision.placements:
+        job = waiting.get(placement.job_id)
+        chosen = [gpus[g] for g in placement.gpu_ids if g in gpus]
+        if job is None or len(chosen) != len(placement.gpu_ids) or busy & set(placement.gpu_ids):
+            logger.warning("skipped stale placement of job %s", placement.job_id)
+            continue
+        busy |= set(placement.gpu_ids)
+        JobAllocation.objects.bulk_create(
+            JobAllocation(
+                job=job, gpu=gpu, attempt=job.attempt, start=now, over_quota=placement.over_quota
+            )
+            for gpu in chosen
+        )
+        by_node: dict[str, list[Gpu]] = {}
+        for gpu in sorted(chosen, key=lambda g: (g.node.hostname, g.index)):
+            by_node.setdefault(gpu.node.hostname, []).append(gpu)
+        primary = max(by_node, key=lambda h: (len(by_node[h]), h == min(by_node)))
+        hostnames = [primary] + sorted(h for h in by_node if h != primary)
+        job.status = JobStatus.DISPATCHED
+        job.node = by_node[primary][0].node
+        job.dispatched_at = now
+        job.started_at = None
+        job.pending_reason = job.pending_message = ""
+        job.estimated_start = None
+        job.save()
+        for rank, hostname in enumerate(hostnames):
+            spec = launch_spec(job, by_node[hostname], rank=rank, ranks=len(hostnames))
+            transaction.on_commit(
+                lambda h=hostname, s=spec: services.send_agent_task("agent.launch", h, s)
+            )
+        result.placed.append(job.pk)
+
+    placed = set(result.placed)
+    updates = []
+    for pending in decision.pending:
+        job = waiting.get(pending.job_id)
+        if job is None or job.pk in placed:
+            continue
+        job.pending_reason = str(pending.reason)
+        job.pending_message = pending.message[:500]
+        job.estimated_start = (
+            datetime.fromtimestamp(pending.estimated_start, tz=UTC)
+            if pending.estimated_start is not None
+            else None
+        )
+        updates.append(job)
+    Job.objects.bulk_update(updates, ["pending_reason", "pending_message", "estimated_start"])
+    result.pending = len(updates)
+
+    for preemption in decision.preemptions:
+        job = Job.objects.filter(pk=preemption.job_id, status__in=ACTIVE_STATUSES).first()
+        if job is None:
+            continue
+        services.job_preempt(job=job, for_job_id=preemption.for_job_id)
+        result.preempted.append(job.pk)
+
+
+def schedule_cycle(*, now: datetime | None = None) -> CycleResult:
+    """Run one scheduling cycle, or nothing if another is running (locked=False)."""
+    now = now or timezone.now()
+    result = CycleResult()
+    with transaction.atomic():
+        if not _acquire_cycle_lock():
+            return CycleResult(locked=False)
+        services.jobs_expire_stale(now=now)
+        state = build_state(now=now)
+        if not state.queued:
+            return result
+        decision = run_scheduler(state)
+        _apply(decision, now=now, result=result)
+    if result.placed or result.preempted:
+        logger.info("scheduled jobs %s, preempted %s", result.placed, result.preempted)
+    return result

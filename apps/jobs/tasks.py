@@ -1,0 +1,19 @@
+"""Thin Celery tasks of the jobs app; the work is in dispatch and services."""
+
+from celery import shared_task
+
+from apps.jobs import dispatch, services
+
+
+@shared_task(name="jobs.schedule", acks_late=False, time_limit=60, soft_time_limit=55)
+def schedule() -> dict:
+    """One scheduling cycle (beat every few seconds, and after submits and finishes). Not
+    acked late: a lost cycle is simply the next one's work."""
+    result = dispatch.schedule_cycle()
+    return {"locked": result.locked, "placed": result.placed, "preempted": result.preempted}
+
+
+@shared_task(name="jobs.report")
+def report(payload) -> str:
+    """A node agent reports a job `started` or `finished` (exit code, log tail)."""
+    return services.job_report(report=payload)

@@ -1,0 +1,180 @@
+"""The scheduling cycle applies a Decision: placements, multi-node launches, pending reasons,
+preemptions; stale placements are skipped; the fair-share usage decays."""
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from apps.fleet.models import Gpu
+from apps.jobs import dispatch, services
+from apps.jobs.choices import JobStatus
+from apps.jobs.models import Job, JobAllocation
+from apps.jobs.scheduler.state import Decision, Pending, PendingReason, Placement, Preemption
+
+pytestmark = pytest.mark.django_db
+
+
+def _submit(member, team, **kwargs):
+    data = {"argv": ["true"], "gpu_count": 2, "max_runtime_seconds": 3600, **kwargs}
+    return services.job_submit(actor=member, team=team, **data)
+
+
+def _gpu_ids(host, n):
+    return tuple(
+        Gpu.objects.filter(node__hostname=host).order_by("index").values_list("id", flat=True)[:n]
+    )
+
+
+def test_state_lists_schedulable_gpus_queue_running_bookings_quotas(
+    member, team, h100, quotas, sent
+):
+    running = _submit(member, team, gpu_model=h100)
+    dispatch.schedule_cycle()
+    queued = _submit(member, team, gpu_model=h100, gpu_count=8)
+    state = dispatch.build_state(now=timezone.now())
+    assert len(state.gpus) == 20
+    assert [q.job_id for q in state.queued] == [queued.pk]
+    assert state.queued[0].gpu_model == "H100-SXM-80GB" and state.queued[0].gpu_count == 8
+    assert [r.job_id for r in state.running] == [running.pk]
+    assert len(state.running[0].gpu_ids) == 2
+    assert {(q.team, q.guaranteed, q.limit) for q in state.quotas} == {
+        ("vision", 4, 12),
+        ("nlp", 8, 16),
+    }
+    assert state.usage.get("vision", 0) >= 0
+
+
+def test_multi_node_placement_launches_every_node_with_ranks(
+    member, team, h100, sent, monkeypatch, django_capture_on_commit_callbacks
+):
+    job = _submit(member, team, gpu_model=h100, gpu_count=4, same_node=False)
+    gpus = _gpu_ids("h100-a", 3) + _gpu_ids("h100-b", 1)
+    monkeypatch.setattr(
+        dispatch,
+        "run_scheduler",
+        lambda state: Decision(placements=[Placement(job.pk, gpus, True)]),
+    )
+    with django_capture_on_commit_callbacks(execute=True):
+        assert dispatch.schedule_cycle().placed == [job.pk]
+    launches = {host: args[0] for name, host, args in sent if name == "agent.launch"}
+    assert set(launches) == {"h100-a", "h100-b"}
+    assert launches["h100-a"]["rank"] == 0 and len(launches["h100-a"]["gpu_uuids"]) == 3
+    assert launches["h100-b"]["rank"] == 1 and launches["h100-b"]["ranks"] == 2
+    job.refresh_from_db()
+    assert job.node.hostname == "h100-a"
+    assert JobAllocation.objects.filter(job=job, over_quota=True).count() == 4
+    # Rank 1's report does not move the job; rank 0's finish stops rank 1 too.
+    services.job_report(report={"job_id": job.pk, "attempt": 1, "rank": 1, "event": "started"})
+    job.refresh_from_db()
+    assert job.status == JobStatus.DISPATCHED
+    sent.clear()
+    with django_capture_on_commit_callbacks(execute=True):
+        services.job_report(
+            report={"job_id": job.pk, "attempt": 1, "rank": 0, "event": "finished", "exit_code": 0}
+        )
+    assert [(n, h) for n, h, _ in sent if n == "agent.kill"] == [("agent.kill", "h100-b")]
+
+
+def test_pending_reason_and_estimate_are_written(member, team, h100, sent, monkeypatch):
+    job = _submit(member, team, gpu_model=h100)
+    when = timezone.now() + timedelta(hours=2)
+    monkeypatch.setattr(
+        dispatch,
+        "run_scheduler",
+        lambda state: Decision(
+            pending=[
+                Pending(job.pk, PendingReason.FAIR_SHARE, "Other teams first.", when.timestamp())
+            ]
+        ),
+    )
+    dispatch.schedule_cycle()
+    job.refresh_from_db()
+    assert job.status == JobStatus.QUEUED
+    assert job.pending_reason == "fair_share" and job.pending_message == "Other teams first."
+    assert abs((job.estimated_start - when).total_seconds()) < 1
+
+
+def test_stale_placement_on_busy_gpu_is_skipped(member, team, h100, sent, monkeypatch):
+    first = _submit(member, team, gpu_model=h100)
+    second = _submit(member, team, gpu_model=h100)
+    gpus = _gpu_ids("h100-a", 2)
+    monkeypatch.setattr(
+        dispatch,
+        "run_scheduler",
+        lambda state: Decision(
+            placements=[Placement(first.pk, gpus, False), Placement(second.pk, gpus, False)]
+        ),
+    )
+    assert dispatch.schedule_cycle().placed == [first.pk]
+    assert Job.objects.get(pk=second.pk).status == JobStatus.QUEUED
+    assert JobAllocation.objects.filter(end__isnull=True).count() == 2
+
+
+def test_preemption_kills_and_requeues_after_stop(
+    member, team, outsider, other_team, h100, sent, monkeypatch, django_capture_on_commit_callbacks
+):
+    victim = _submit(member, team, gpu_model=h100, gpu_count=8, priority_class="preemptible")
+    dispatch.schedule_cycle()
+    victim.refresh_from_db()
+    waiting = services.job_submit(
+        actor=outsider,
+        team=other_team,
+        argv=["true"],
+        gpu_model=h100,
+        gpu_count=8,
+        max_runtime_seconds=60,
+        priority_class="guaranteed",
+    )
+    monkeypatch.setattr(
+        dispatch,
+        "run_scheduler",
+        lambda state: Decision(
+            preemptions=[Preemption(victim.pk, waiting.pk)],
+            pending=[Pending(waiting.pk, PendingReason.WAITING_FOR_PREEMPTION, "Stopping others.")],
+        ),
+    )
+    with django_capture_on_commit_callbacks(execute=True):
+        assert dispatch.schedule_cycle().preempted == [victim.pk]
+    victim.refresh_from_db()
+    assert victim.status == JobStatus.PREEMPTED
+    kills = [(h, args) for name, h, args in sent if name == "agent.kill"]
+    assert kills == [(victim.node.hostname, (victim.pk, 1, 30))]
+    # Its GPUs stay held until the agent confirms the stop.
+    assert JobAllocation.objects.filter(job=victim, end__isnull=True).count() == 8
+    services.job_report(
+        report={"job_id": victim.pk, "attempt": 1, "event": "finished", "exit_code": -15}
+    )
+    victim.refresh_from_db()
+    assert victim.status == JobStatus.REQUEUED and victim.attempt == 2
+    assert not JobAllocation.objects.filter(job=victim, end__isnull=True).exists()
+
+
+def test_usage_decays_with_half_life(member, team, h100):
+    now = timezone.now()
+    job = Job.objects.create(
+        team=team, submitted_by=member, argv=["x"], gpu_count=1, max_runtime_seconds=60
+    )
+    gpu = Gpu.objects.filter(model=h100).first()
+    hour = timedelta(hours=1)
+    JobAllocation.objects.create(job=job, gpu=gpu, start=now - 2 * hour, end=now - hour)
+    fresh = dispatch.usage_by_team(now=now - hour, half_life=3600)["vision"]
+    aged = dispatch.usage_by_team(now=now, half_life=3600)["vision"]
+    assert 3600 * 0.70 < fresh < 3600 * 0.73  # (1 - 1/2) / ln 2 hours of weight
+    assert abs(aged - fresh / 2) < 1  # one half-life later: half
+
+
+def test_state_leaves_out_drained_and_in_maintenance_nodes(team, fleet, platform_admin):
+    from apps.fleet.choices import NodeStatus
+    from apps.fleet.models import MaintenanceWindow, Node
+
+    now = timezone.now()
+    Node.objects.filter(hostname="h100-a").update(status=NodeStatus.DRAINED)
+    MaintenanceWindow.objects.create(
+        node=Node.objects.get(hostname="l40s-a"),
+        start=now - timedelta(minutes=5),
+        end=now + timedelta(hours=1),
+        reason="firmware",
+    )
+    state = dispatch.build_state(now=now)
+    assert {g.node for g in state.gpus} == {"h100-b"}
