@@ -1,5 +1,12 @@
-from django.urls import path  # noqa: F401
+from django.urls import path
+
+from apps.dashboards import views
 
 app_name = "dashboards"
 
-urlpatterns: list = []
+urlpatterns = [
+    path("utilization/", views.utilization_view, name="utilization"),
+    path("idle/", views.idle_view, name="idle"),
+    path("occupancy/", views.occupancy_view, name="occupancy"),
+    path("fleet/", views.fleet_view, name="fleet"),
+]

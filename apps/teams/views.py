@@ -4,6 +4,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 from rest_framework.authtoken.models import Token
 
+from apps.dashboards.selectors import home_summary
 from apps.fleet.selectors import fleet_summary
 from apps.reservations.selectors import quota_usage_table
 from apps.teams import selectors, services
@@ -21,6 +22,7 @@ def home_view(request):
         {
             "memberships": selectors.user_memberships(user=request.user),
             "fleet": fleet_summary(),
+            "summary": home_summary(request.user),
         },
     )
 

@@ -96,3 +96,10 @@ def test_fleet_page_drain_form_works_for_admin_only(client, platform_admin, memb
     assert "h100-b: drain done." in response.content.decode()
     node.refresh_from_db()
     assert node.status == NodeStatus.DRAINED
+
+
+def test_fleet_page_has_an_anchor_per_gpu_for_dashboard_links(client, member, fleet):
+    client.force_login(member)
+    page = client.get("/fleet/").content.decode()
+    for gpu in fleet[0].gpus.all():
+        assert f'id="gpu-{gpu.pk}"' in page

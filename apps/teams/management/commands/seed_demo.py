@@ -119,6 +119,9 @@ class Command(BaseCommand):
             from apps.billing.demo import seed_billing_demo
 
             seed_billing_demo()
+            from apps.dashboards.demo import seed_dashboard_history
+
+            seed_dashboard_history()
         self.stdout.write(
             self.style.SUCCESS(
                 f"Seeded {Team.objects.count()} teams, {User.objects.count()} users, "

@@ -1,0 +1,125 @@
+"""Demo telemetry for the dashboards: 30 days of hour rollups, the last 6 hours of minute rollups,
+idle intervals and a latest sample per GPU, consistent with the bookings already in the
+database (a GPU is held by the team whose booking covers the hour).
+
+Called by `manage.py seed_demo`; does nothing on a database that already has hour rollups.
+"""
+
+import random
+from bisect import bisect_right
+from collections import defaultdict
+from datetime import datetime, timedelta
+
+from django.utils import timezone
+
+from apps.fleet.models import Gpu
+from apps.reservations.models import ReservationGpu
+from apps.telemetry.choices import IdleKind
+from apps.telemetry.models import GpuHourRollup, GpuMinuteRollup, GpuSample, IdleInterval
+
+HISTORY_DAYS = 30
+MINUTE_HOURS = 6
+BATCH = 5000
+
+
+def _holder_lookup(start: datetime):
+    """gpu_id -> (sorted starts, [(start, end, team_id)]) of active holdings since `start`."""
+    holdings = defaultdict(list)
+    for gpu_id, h_start, h_end, team_id in (
+        ReservationGpu.objects.filter(active=True, end__gt=start)
+        .values_list("gpu_id", "start", "end", "reservation__team_id")
+        .order_by("gpu_id", "start")
+    ):
+        holdings[gpu_id].append((h_start, h_end, team_id))
+    return {gpu_id: ([h[0] for h in rows], rows) for gpu_id, rows in holdings.items()}
+
+
+def _holder(lookup, gpu_id: int, at: datetime) -> int | None:
+    starts, rows = lookup.get(gpu_id, ([], []))
+    i = bisect_right(starts, at) - 1
+    if i >= 0 and rows[i][0] <= at < rows[i][1]:
+        return rows[i][2]
+    return None
+
+
+def seed_dashboard_history(*, now: datetime | None = None, days: int = HISTORY_DAYS) -> int:
+    """Write the demo history; returns the number of hour rollups written."""
+    if GpuHourRollup.objects.exists():
+        return 0
+    now = now or timezone.now()
+    rng = random.Random(8)
+    this_hour = now.replace(minute=0, second=0, microsecond=0)
+    first = this_hour - timedelta(days=days)
+    gpus = list(Gpu.objects.filter(mig_parent__isnull=True).order_by("id"))
+    lookup = _holder_lookup(first)
+    hours, minutes, idle = [], [], []
+    minute_start = now.replace(second=0, microsecond=0) - timedelta(hours=MINUTE_HOURS)
+    for gpu in gpus:
+        # Some GPUs are busier than others; held GPUs sit idle now and then (notebooks).
+        diligence = rng.uniform(0.55, 0.95)
+        run = None  # the idle stretch being built: [kind, team_id, start]
+        t = first
+        while t < this_hour:
+            team_id = _holder(lookup, gpu.pk, t)
+            busy = team_id is not None and rng.random() < diligence
+            util = rng.uniform(45, 98) if busy else rng.uniform(0, 2)
+            hours.append(
+                GpuHourRollup(
+                    gpu=gpu,
+                    bucket=t,
+                    team_id=team_id,
+                    samples=360,
+                    util_avg=util,
+                    util_max=min(100, int(util + rng.uniform(0, 10))),
+                    mem_used_avg_mib=gpu.model.memory_mib * (0.7 if busy else 0.02),
+                    mem_used_max_mib=int(gpu.model.memory_mib * (0.8 if busy else 0.03)),
+                    power_avg_w=450 * util / 100 + 70,
+                    energy_j=(450 * util / 100 + 70) * 3600,
+                    busy_seconds=3600.0 if busy else 0.0,
+                )
+            )
+            kind = None if busy else (IdleKind.HELD_IDLE if team_id else IdleKind.UNALLOCATED)
+            if run and (run[0], run[1]) != (kind, team_id):
+                idle.append(IdleInterval(gpu=gpu, kind=run[0], team_id=run[1], start=run[2], end=t))
+                run = None
+            if kind and run is None:
+                run = [kind, team_id, t]
+            t += timedelta(hours=1)
+        if run:
+            idle.append(
+                IdleInterval(gpu=gpu, kind=run[0], team_id=run[1], start=run[2], end=this_hour)
+            )
+        t = minute_start
+        while t < now - timedelta(minutes=1):
+            team_id = _holder(lookup, gpu.pk, t)
+            busy = team_id is not None and (t.hour + gpu.index) % 5 != 0
+            util = rng.uniform(50, 97) if busy else rng.uniform(0, 2)
+            minutes.append(
+                GpuMinuteRollup(
+                    gpu=gpu,
+                    bucket=t,
+                    team_id=team_id,
+                    samples=6,
+                    util_avg=util,
+                    util_max=min(100, int(util + 3)),
+                    power_avg_w=450 * util / 100 + 70,
+                    energy_j=(450 * util / 100 + 70) * 60,
+                    busy_seconds=60.0 if busy else 0.0,
+                )
+            )
+            t += timedelta(minutes=1)
+    samples = [
+        GpuSample(
+            gpu=gpu,
+            ts=now.replace(microsecond=0) - timedelta(seconds=5),
+            util_gpu=0,
+            temp_c=rng.randint(34, 71),
+            power_w=rng.uniform(70, 520),
+        )
+        for gpu in gpus
+    ]
+    GpuHourRollup.objects.bulk_create(hours, batch_size=BATCH)
+    GpuMinuteRollup.objects.bulk_create(minutes, batch_size=BATCH)
+    IdleInterval.objects.bulk_create(idle, batch_size=BATCH)
+    GpuSample.objects.bulk_create(samples, batch_size=BATCH, ignore_conflicts=True)
+    return len(hours)

@@ -1,0 +1,349 @@
+"""Plotly figures of the dashboards, built on the server from apps.dashboards.selectors and sent
+to the browser as JSON (the page draws them with the bundled plotly.js)."""
+
+import json
+from datetime import datetime
+from decimal import Decimal
+
+import plotly.graph_objects as go
+
+from apps.dashboards import selectors
+from apps.dashboards.selectors import UNALLOCATED, Filters
+
+# Okabe-Ito: distinguishable with the common colour-vision deficiencies.
+PALETTE = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000"]
+GREY = "#999999"
+LAYOUT = {
+    "margin": {"l": 60, "r": 20, "t": 30, "b": 50},
+    "colorway": PALETTE,
+    "legend": {"orientation": "h", "y": -0.2},
+    "font": {"family": "system-ui, sans-serif", "size": 13},
+}
+# Above this many points a line is drawn with WebGL (scattergl).
+GL_POINTS = 200
+STATE_ORDER = ["busy", "held_idle", UNALLOCATED, "held_other", "unhealthy"]
+STATE_LABELS = {
+    "busy": "Busy",
+    "held_idle": "Held, idle",
+    UNALLOCATED: "Unallocated",
+    "held_other": "Held by another team",
+    "unhealthy": "Unhealthy or drained",
+}
+STATE_COLOURS = {
+    "busy": "#009E73",
+    "held_idle": "#E69F00",
+    UNALLOCATED: "#56B4E9",
+    "held_other": "#CC79A7",
+    "unhealthy": "#D55E00",
+}
+
+
+def figure_json(figure: go.Figure) -> dict:
+    """The figure as plain JSON without plotly's default template (~10 kB each)."""
+    data = json.loads(figure.to_json())
+    data["layout"].pop("template", None)
+    return data
+
+
+def _colour(names: list[str]) -> dict[str, str]:
+    colours, i = {}, 0
+    for name in names:
+        if name == UNALLOCATED:
+            colours[name] = GREY
+        else:
+            colours[name] = PALETTE[i % len(PALETTE)]
+            i += 1
+    return colours
+
+
+def _iso(times: list[datetime]) -> list[str]:
+    return [t.isoformat() for t in times]
+
+
+def utilization(filters: Filters) -> dict:
+    """Allocated GPUs stacked by team with the GPUs actually busy, and utilization % per team
+    and GPU model."""
+    series = selectors.utilization_series(filters)
+    x = _iso(series["times"])
+    colours = _colour(list(series["allocated"]))
+    over_time = go.Figure(
+        layout={
+            **LAYOUT,
+            "yaxis": {"title": "GPUs", "rangemode": "tozero"},
+            "xaxis": {"type": "date"},
+            "hovermode": "x unified",
+        }
+    )
+    for name, values in series["allocated"].items():
+        over_time.add_trace(
+            go.Scatter(
+                x=x,
+                y=values,
+                name=f"{name} allocated" if name != UNALLOCATED else "unallocated",
+                stackgroup="allocated",
+                mode="lines",
+                line={"width": 0.5, "color": colours[name]},
+            )
+        )
+    line = go.Scattergl if len(x) > GL_POINTS else go.Scatter
+    for name, values in series["busy"].items():
+        if name == UNALLOCATED:
+            continue
+        over_time.add_trace(
+            line(
+                x=x,
+                y=values,
+                name=f"{name} busy",
+                mode="lines",
+                line={"color": colours[name], "dash": "dot", "width": 2},
+            )
+        )
+    cells = series["by_team_model"]
+    teams = sorted({c["team_slug"] for c in cells})
+    models = sorted({c["model_name"] for c in cells})
+    z = [[None for _ in models] for _ in teams]
+    for c in cells:
+        z[teams.index(c["team_slug"])][models.index(c["model_name"])] = round(c["util"], 1)
+    per_team = go.Figure(
+        go.Heatmap(
+            x=models,
+            y=teams,
+            z=z,
+            zmin=0,
+            zmax=100,
+            colorscale="Cividis",
+            colorbar={"title": "util %"},
+            texttemplate="%{z:.0f}%",
+            hovertemplate="%{y} on %{x}: %{z:.1f}%<extra></extra>",
+        ),
+        layout={**LAYOUT, "xaxis": {"type": "category"}, "yaxis": {"type": "category"}},
+    )
+    return {
+        "has_data": any(any(v) for v in series["allocated"].values()),
+        "step_seconds": int(series["step"].total_seconds()),
+        "figures": {
+            "allocated-busy": figure_json(over_time),
+            "util-team-model": figure_json(per_team),
+        },
+    }
+
+
+def _price(model_name: str, at: datetime) -> Decimal | None:
+    try:
+        from apps.billing.selectors import price_per_gpu_hour
+    except ImportError:  # pragma: no cover - billing is optional for the dashboards
+        return None
+    return price_per_gpu_hour(gpu_model_name=model_name, at=at)
+
+
+def idle(filters: Filters) -> dict:
+    """The fleet now (node x GPU), idle GPU-hours over time by kind and team, idle hours and
+    their list-price cost by kind and model, and what idle reclaim released."""
+    states = selectors.gpu_states_now(filters)
+    nodes = sorted({s["node"] for s in states})
+    width = max((s["index"] for s in states), default=-1) + 1
+    codes = {state: i for i, state in enumerate(STATE_ORDER)}
+    z = [[None] * width for _ in nodes]
+    text = [[""] * width for _ in nodes]
+    for s in states:
+        row, col = nodes.index(s["node"]), s["index"]
+        z[row][col] = codes[s["state"]]
+        text[row][col] = f"{s['node']}/gpu{s['index']} {s['model']}: {STATE_LABELS[s['state']]}" + (
+            f" ({s['team']})" if s["team"] else ""
+        )
+    n = len(STATE_ORDER)
+    colourscale = []
+    for i, state in enumerate(STATE_ORDER):
+        colourscale += [[i / n, STATE_COLOURS[state]], [(i + 1) / n, STATE_COLOURS[state]]]
+    heatmap = go.Figure(
+        go.Heatmap(
+            x=[f"gpu{i}" for i in range(width)],
+            y=nodes,
+            z=z,
+            zmin=-0.5,
+            zmax=n - 0.5,
+            text=text,
+            hovertemplate="%{text}<extra></extra>",
+            colorscale=colourscale,
+            xgap=2,
+            ygap=2,
+            colorbar={
+                "tickvals": list(range(n)),
+                "ticktext": [STATE_LABELS[s] for s in STATE_ORDER],
+            },
+        ),
+        layout={
+            **LAYOUT,
+            "margin": {**LAYOUT["margin"], "l": 110},
+            "yaxis": {"type": "category", "autorange": "reversed"},
+        },
+    )
+    hours = selectors.idle_hours(filters)
+    x = _iso(hours["times"])
+    over_time = go.Figure(
+        layout={**LAYOUT, "barmode": "stack", "yaxis": {"title": "idle GPU-hours"}}
+    )
+    names = sorted({slug for _, slug in hours["series"]}, key=lambda n: (n == UNALLOCATED, n))
+    colours = _colour(names)
+    for (kind, slug), values in hours["series"].items():
+        over_time.add_trace(
+            go.Bar(
+                x=x,
+                y=values,
+                name=f"{slug} ({'held, idle' if kind == 'held_idle' else 'unallocated'})"
+                if slug != UNALLOCATED
+                else "unallocated",
+                marker={
+                    "color": colours[slug],
+                    "pattern": {"shape": "/" if kind == "held_idle" else ""},
+                },
+            )
+        )
+    by_kind = []
+    for row in hours["by_model"]:
+        price = _price(row["model_name"], filters.end)
+        cost = (Decimal(str(row["gpu_hours"])) * price).quantize(Decimal("0.01")) if price else None
+        by_kind.append({**row, "cost": cost})
+    return {
+        "states": states,
+        "state_counts": {s: sum(1 for x in states if x["state"] == s) for s in STATE_ORDER},
+        "state_legend": [
+            (s, STATE_LABELS[s], sum(1 for x in states if x["state"] == s)) for s in STATE_ORDER
+        ],
+        "has_idle": bool(hours["series"]),
+        "by_kind": by_kind,
+        "reclaimed": selectors.reclaimed(filters),
+        "figures": {"gpu-states": figure_json(heatmap), "idle-hours": figure_json(over_time)},
+    }
+
+
+def occupancy(filters: Filters) -> dict:
+    """A Gantt chart: one row per GPU, a bar per booking or job, coloured by team."""
+    items = selectors.occupancy(filters)
+    teams = sorted({i["team"] for i in items})
+    colours = _colour(teams)
+    figure = go.Figure(
+        layout={
+            **LAYOUT,
+            "barmode": "overlay",
+            "showlegend": True,
+            "xaxis": {
+                "type": "date",
+                "range": [filters.start.isoformat(), filters.end.isoformat()],
+            },
+            "margin": {**LAYOUT["margin"], "l": 150},
+            "yaxis": {
+                "type": "category",
+                "categoryorder": "category ascending",
+                "autorange": "reversed",
+            },
+            "height": max(300, 40 + 22 * len({i["gpu"] for i in items})),
+        }
+    )
+    for team in teams:
+        for kind in ("booking", "job"):
+            rows = [i for i in items if i["team"] == team and i["kind"] == kind]
+            if not rows:
+                continue
+            figure.add_trace(
+                go.Bar(
+                    orientation="h",
+                    y=[r["gpu"] for r in rows],
+                    base=[r["start"].isoformat() for r in rows],
+                    x=[(r["end"] - r["start"]).total_seconds() * 1000 for r in rows],
+                    text=[r["label"] for r in rows],
+                    name=f"{team} {kind}s",
+                    marker={
+                        "color": colours[team],
+                        "pattern": {"shape": "x" if kind == "job" else ""},
+                    },
+                    hovertemplate="%{y}: %{text}<extra></extra>",
+                    textposition="none",
+                )
+            )
+    return {"has_data": bool(items), "count": len(items), "figures": {"gantt": figure_json(figure)}}
+
+
+def fleet(filters: Filters) -> dict:
+    """Nodes by status, GPUs by health, and the latest temperature and power of each GPU."""
+    data = selectors.fleet_health()
+    status = go.Figure(
+        go.Bar(
+            x=list(data["nodes"]),
+            y=list(data["nodes"].values()),
+            marker={"color": ["#009E73", "#D55E00", "#E69F00", GREY]},
+        ),
+        layout={**LAYOUT, "yaxis": {"title": "nodes"}},
+    )
+    health = go.Figure(
+        go.Bar(
+            x=list(data["health"]),
+            y=list(data["health"].values()),
+            marker={"color": ["#009E73", "#E69F00", "#D55E00"]},
+        ),
+        layout={**LAYOUT, "yaxis": {"title": "GPUs"}},
+    )
+    readings = data["readings"]
+    line = go.Scattergl if len(readings) > GL_POINTS else go.Scatter
+    thermal = go.Figure(
+        layout={
+            **LAYOUT,
+            "margin": {"l": 60, "r": 60, "t": 30, "b": 120},
+            "legend": {"orientation": "h", "y": 1.12},
+            "xaxis": {"type": "category", "showticklabels": len(readings) <= 64},
+            "yaxis": {"title": "°C"},
+            "yaxis2": {"title": "W", "overlaying": "y", "side": "right"},
+        }
+    )
+    gpus = [r["gpu"] for r in readings]
+    thermal.add_trace(
+        line(x=gpus, y=[r["temp_c"] for r in readings], name="temperature °C", mode="markers")
+    )
+    thermal.add_trace(
+        line(
+            x=gpus,
+            y=[r["power_w"] for r in readings],
+            name="power W",
+            mode="markers",
+            yaxis="y2",
+            marker={"symbol": "diamond"},
+        )
+    )
+    return {
+        **data,
+        "figures": {
+            "node-status": figure_json(status),
+            "gpu-health": figure_json(health),
+            "thermal": figure_json(thermal),
+        },
+    }
+
+
+def quota_pressure(filters: Filters) -> dict:
+    """Held GPUs and queued demand against each team's guarantee and limit."""
+    rows = selectors.quota_pressure(filters)
+    labels = [f"{r['team']} · {r['gpu_model']}" for r in rows]
+    figure = go.Figure(
+        layout={**LAYOUT, "barmode": "stack", "yaxis": {"title": "GPUs"}},
+    )
+    figure.add_trace(go.Bar(x=labels, y=[r["held"] for r in rows], name="held now"))
+    figure.add_trace(go.Bar(x=labels, y=[r["waiting"] for r in rows], name="queued jobs want"))
+    figure.add_trace(
+        go.Scatter(
+            x=labels,
+            y=[r["guaranteed"] for r in rows],
+            name="guaranteed",
+            mode="markers",
+            marker={"symbol": "line-ew-open", "size": 30, "color": "#000000"},
+        )
+    )
+    figure.add_trace(
+        go.Scatter(
+            x=labels,
+            y=[r["limit"] for r in rows],
+            name="limit",
+            mode="markers",
+            marker={"symbol": "line-ew-open", "size": 30, "color": "#D55E00"},
+        )
+    )
+    return {"rows": rows, "figures": {"quota-pressure": figure_json(figure)}}

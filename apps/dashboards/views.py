@@ -1,0 +1,67 @@
+"""Dashboard pages. Each draws the figures of apps.dashboards.figures (embedded as JSON) with
+a filter form; the same data is at /api/v1/dashboards/..."""
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.http import Http404
+from django.shortcuts import render
+
+from apps.dashboards import figures, selectors
+from apps.fleet.models import GpuModel
+from apps.teams.models import Team
+from apps.teams.permissions import is_platform_admin
+
+PAGES = [
+    ("utilization", "Utilization"),
+    ("idle", "Idle GPUs"),
+    ("occupancy", "Occupancy"),
+    ("fleet", "Fleet health"),
+]
+
+
+def _render(request, page: str, build, *, extra=None):
+    try:
+        filters = selectors.parse_filters(request.GET, request.user)
+    except selectors.TeamNotVisible as exc:
+        raise Http404("No such team.") from exc
+    except selectors.FilterError as exc:
+        messages.error(request, f"{exc} Showing the last 24 hours instead.")
+        filters = selectors.parse_filters({}, request.user)
+    data = build(filters)
+    return render(
+        request,
+        f"dashboards/{page}.html",
+        {
+            **data,
+            **(extra or {}),
+            "page": page,
+            "pages": PAGES,
+            "filters": filters,
+            "ranges": ["24h", "7d", "30d", "custom"],
+            "all_teams": Team.objects.for_user(request.user).order_by("slug"),
+            "gpu_models": GpuModel.objects.order_by("name"),
+        },
+    )
+
+
+@login_required
+def utilization_view(request):
+    return _render(request, "utilization", figures.utilization)
+
+
+@login_required
+def idle_view(request):
+    return _render(request, "idle", figures.idle)
+
+
+@login_required
+def occupancy_view(request):
+    return _render(request, "occupancy", figures.occupancy)
+
+
+@login_required
+def fleet_view(request):
+    if not is_platform_admin(request.user):
+        raise PermissionDenied("Only platform admins see fleet health.")
+    return _render(request, "fleet", figures.fleet)

@@ -1,0 +1,19 @@
+// Draws the dashboards' figures, which the server embeds as JSON (built with plotly).
+document.addEventListener("DOMContentLoaded", function () {
+  var source = document.getElementById("dashboard-figures");
+  if (!source || !window.Plotly) { return; }
+  var figures = JSON.parse(source.textContent);
+  document.querySelectorAll("[data-figure]").forEach(function (element) {
+    var figure = figures[element.dataset.figure];
+    if (!figure) { return; }
+    window.Plotly.newPlot(element, figure.data, figure.layout, { responsive: true, displaylogo: false });
+  });
+  // The custom dates only apply to a custom range: typing one selects it.
+  var range = document.getElementById("f-range");
+  ["f-start", "f-end"].forEach(function (id) {
+    var input = document.getElementById(id);
+    if (input && range) {
+      input.addEventListener("input", function () { if (input.value) { range.value = "custom"; } });
+    }
+  });
+});

@@ -1,0 +1,55 @@
+from datetime import timedelta
+
+import pytest
+from django.test import Client
+from django.utils import timezone
+
+from apps.jobs.models import Job
+
+pytestmark = pytest.mark.django_db
+
+
+def home(user) -> str:
+    client = Client()
+    client.force_login(user)
+    response = client.get("/")
+    assert response.status_code == 200
+    return response.content.decode()
+
+
+def test_member_home_shows_quota_bookings_jobs_and_spend(member, quotas, history):
+    html = home(member)
+    assert 'data-testid="home-team-vision"' in html
+    assert "H100-SXM-80GB: 4 guaranteed, up to 12" in html
+    assert "2 × H100-SXM-80GB" in html
+    assert "0 running, 0 queued" in html
+    assert 'href="/billing/cost/?team=vision"' in html
+    assert "home-team-nlp" not in html  # not their team
+    assert "home-quota-pressure" not in html and "home-finance" not in html
+
+
+def test_member_home_counts_queued_jobs(member, team, quotas, h100):
+    Job.objects.create(
+        team=team,
+        submitted_by=member,
+        name="train",
+        argv=["python", "train.py"],
+        gpu_model=h100,
+        gpu_count=4,
+        max_runtime_seconds=3600,
+        submitted_at=timezone.now() - timedelta(minutes=5),
+    )
+    assert "0 running, 1 queued" in home(member)
+
+
+def test_finance_home_links_cost_and_exports(finance_user):
+    html = home(finance_user)
+    assert 'data-testid="home-finance"' in html
+    assert 'href="/billing/cost/"' in html and 'href="/billing/"' in html
+
+
+def test_platform_admin_home_shows_idle_and_quota_pressure(platform_admin, quotas, history):
+    html = home(platform_admin)
+    assert "1 busy, <strong>2 held but idle</strong>, 17 unallocated" in html
+    assert 'data-testid="home-quota-pressure"' in html
+    assert "<td>vision</td><td>H100-SXM-80GB</td><td>2</td><td>0</td><td>4</td><td>12</td>" in html

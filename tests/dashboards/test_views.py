@@ -1,0 +1,90 @@
+import json
+
+import pytest
+from django.test import Client
+
+pytestmark = pytest.mark.django_db
+
+PAGES = ["utilization", "idle", "occupancy"]
+
+
+def logged_in(user) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def embedded_figures(response) -> dict:
+    html = response.content.decode()
+    start = html.index('<script id="dashboard-figures" type="application/json">')
+    start = html.index(">", start) + 1
+    return json.loads(html[start : html.index("</script>", start)])
+
+
+@pytest.mark.parametrize("page", PAGES + ["fleet"])
+def test_pages_need_login(client, page):
+    response = client.get(f"/dashboards/{page}/")
+    assert response.status_code == 302
+    assert "/login" in response["Location"] or "login" in response["Location"]
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_pages_render_figures_for_each_role(member, finance_user, platform_admin, history, page):
+    for user in (member, finance_user, platform_admin):
+        response = logged_in(user).get(f"/dashboards/{page}/?range=7d")
+        assert response.status_code == 200
+        html = response.content.decode()
+        assert "vendor/plotly/plotly.min.js" in html and "cdn" not in html.lower()
+        figures = embedded_figures(response)
+        for name in figures:
+            assert f'data-figure="{name}"' in html or page == "idle"
+        assert all("data" in f and "layout" in f for f in figures.values())
+
+
+def test_filter_controls_are_labelled(member, history):
+    html = logged_in(member).get("/dashboards/utilization/").content.decode()
+    for control in ("f-range", "f-start", "f-end", "f-team", "f-model"):
+        assert f'<label for="{control}">' in html
+    # A member may pick only their own teams.
+    assert 'value="vision"' in html and 'value="nlp"' not in html
+
+
+def test_empty_state_without_telemetry(member, fleet):
+    html = logged_in(member).get("/dashboards/utilization/").content.decode()
+    assert "No telemetry yet for this window." in html
+    html = logged_in(member).get("/dashboards/occupancy/").content.decode()
+    assert "No bookings or jobs in this window." in html
+
+
+def test_bad_filter_falls_back_with_message(member, history):
+    response = logged_in(member).get("/dashboards/utilization/?range=fortnight")
+    assert response.status_code == 200
+    assert "range must be one of" in response.content.decode()
+    assert response.context["filters"].range == "24h"
+
+
+def test_team_outside_members_teams_is_404(member, other_team):
+    assert logged_in(member).get("/dashboards/idle/?team=nlp").status_code == 404
+
+
+def test_fleet_page_is_for_platform_admins(member, finance_user, platform_admin, history):
+    assert logged_in(member).get("/dashboards/fleet/").status_code == 403
+    assert logged_in(finance_user).get("/dashboards/fleet/").status_code == 403
+    response = logged_in(platform_admin).get("/dashboards/fleet/")
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert "No telemetry yet for h100-a, h100-b, l40s-a." in html
+    assert set(embedded_figures(response)) == {"node-status", "gpu-health", "thermal"}
+
+
+def test_idle_page_links_every_gpu(platform_admin, history):
+    html = logged_in(platform_admin).get("/dashboards/idle/").content.decode()
+    assert html.count('href="/fleet/#gpu-') == 20
+    assert "unpriced" in html
+
+
+def test_nav_links_to_dashboards_and_cost(member, history):
+    html = logged_in(member).get("/dashboards/utilization/").content.decode()
+    assert 'href="/dashboards/utilization/"' in html
+    assert 'href="/billing/cost/"' in html
+    assert 'href="/dashboards/fleet/"' not in html
