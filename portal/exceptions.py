@@ -70,13 +70,15 @@ def api_exception_handler(exc: Exception, context: dict) -> Response | None:
     return response
 
 
-def show_on_form(form, error: Exception) -> None:
-    """Show a service refusal on a Django form: field errors by field, the rest on top, so
-    pages give the same messages as the API, inline."""
+def show_on_form(form, error: Exception, *, field_names: dict | None = None) -> None:
+    """Show a service refusal on a Django form: field errors by field (`field_names` maps a
+    service's field to the form's where they differ), the rest on top, so pages give the same
+    messages as the API, inline."""
     from django.core.exceptions import ValidationError
 
     if isinstance(error, ValidationError) and hasattr(error, "error_dict"):
         for field, errors in error.message_dict.items():
+            field = (field_names or {}).get(field, field)
             form.add_error(field if field in form.fields else None, errors)
     elif isinstance(error, ValidationError):
         form.add_error(None, error.messages)

@@ -7,19 +7,7 @@ from django.views.decorators.http import require_POST
 
 from apps.jobs import selectors, services
 from apps.jobs.forms import JobFilterForm, JobForm
-from portal.exceptions import ApplicationError
-
-
-def _add_service_error(form, error: Exception) -> None:
-    if isinstance(error, ValidationError) and hasattr(error, "error_dict"):
-        for field, errors in error.message_dict.items():
-            if field == "max_runtime_seconds":
-                field = "max_runtime_minutes"
-            form.add_error(field if field in form.fields else None, errors)
-    elif isinstance(error, ValidationError):
-        form.add_error(None, error.messages)
-    else:
-        form.add_error(None, error.message)
+from portal.exceptions import ApplicationError, show_on_form
 
 
 @login_required
@@ -54,7 +42,7 @@ def job_submit_view(request):
         try:
             job = services.job_submit(actor=request.user, **form.service_kwargs())
         except (ApplicationError, ValidationError) as error:
-            _add_service_error(form, error)
+            show_on_form(form, error, field_names={"max_runtime_seconds": "max_runtime_minutes"})
         else:
             messages.success(request, f"Job #{job.pk} is queued.")
             return redirect("jobs:job-detail", pk=job.pk)

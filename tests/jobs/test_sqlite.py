@@ -1,31 +1,11 @@
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.sqlite_runner import run_on_sqlite
 
 
 @pytest.mark.slow
 def test_jobs_lifecycle_works_on_sqlite(tmp_path):
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "portal.settings",
-        "DATABASE_URL": f"sqlite:///{tmp_path / 'jobs.sqlite3'}",
-    }
-    result = subprocess.run(
-        [sys.executable, "-m", "tests.jobs.sqlite_cycle"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    outcome = json.loads(result.stdout.strip().splitlines()[-1])
+    outcome = run_on_sqlite("tests.jobs.sqlite_cycle", tmp_path / "jobs.sqlite3")
     assert outcome == {
         "vendor": "sqlite",
         "placed": True,
