@@ -1,6 +1,7 @@
 from django.urls import path
 
 from apps.jobs import views
+from apps.jobs.views_whatif import what_if_view
 
 app_name = "jobs"
 
@@ -9,4 +10,5 @@ urlpatterns: list = [
     path("submit/", views.job_submit_view, name="job-submit"),
     path("<int:pk>/", views.job_detail_view, name="job-detail"),
     path("<int:pk>/cancel/", views.job_cancel_view, name="job-cancel"),
+    path("what-if/", what_if_view, name="what-if"),
 ]

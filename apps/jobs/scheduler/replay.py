@@ -62,6 +62,8 @@ class ReplayResult:
     team_avg_wait: dict[str, float] = field(default_factory=dict)
     team_gpu_hours: dict[str, float] = field(default_factory=dict)
     team_jobs: dict[str, int] = field(default_factory=dict)
+    # team -> model -> [GPU-hours, of which over quota], for pricing a replay
+    team_model_gpu_hours: dict[str, dict[str, list[float]]] = field(default_factory=dict)
 
     def as_dict(self) -> dict:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -159,6 +161,7 @@ def simulate(
     final_start: dict[int, float] = {}
     finish: dict[int, float] = {}
     gpu_seconds: dict[str, float] = defaultdict(float)
+    model_seconds: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0.0])
     preemptions = 0
     usage: dict[str, float] = {}
     next_arrival = 0
@@ -198,7 +201,11 @@ def simulate(
 
     def stop(job_id: int, at: float) -> None:
         r = running.pop(job_id)
-        gpu_seconds[r.team] += len(r.gpu_ids) * (at - r.started_at)
+        used = len(r.gpu_ids) * (at - r.started_at)
+        gpu_seconds[r.team] += used
+        model_seconds[r.team, r.model][0] += used
+        if r.over_quota:
+            model_seconds[r.team, r.model][1] += used
 
     while next_arrival < len(arrivals) or ends or queue:
         candidates = []
@@ -285,7 +292,15 @@ def simulate(
         team_avg_wait={t: sum(v) / len(v) for t, v in sorted(team_wait.items())},
         team_gpu_hours={t: s / 3600.0 for t, s in sorted(gpu_seconds.items())},
         team_jobs=dict(sorted(Counter(j.team for j in done).items())),
+        team_model_gpu_hours=_hours_by_team_and_model(model_seconds),
     )
+
+
+def _hours_by_team_and_model(seconds: dict[tuple[str, str], list[float]]) -> dict:
+    result: dict[str, dict[str, list[float]]] = defaultdict(dict)
+    for (team, model), (used, over) in sorted(seconds.items()):
+        result[team][model] = [used / 3600.0, over / 3600.0]
+    return dict(result)
 
 
 ROWS = [

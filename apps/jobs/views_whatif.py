@@ -1,0 +1,68 @@
+import json
+
+import plotly.graph_objects as go
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.shortcuts import render
+from django.utils import timezone
+
+from apps.jobs.scheduler import POLICIES
+from apps.jobs.whatif import WINDOWS, QuotaProposal, current_quotas, what_if
+from apps.teams.permissions import is_platform_admin
+
+
+def _proposals_from(post, current: list[QuotaProposal]) -> tuple[list[QuotaProposal], list[str]]:
+    """The edited quota rows of the form, and what was wrong with them."""
+    proposals, errors = [], []
+    for index, quota in enumerate(current):
+        label = f"{quota.team} / {quota.model or 'any model'}"
+        try:
+            guaranteed = int(post.get(f"g-{index}", quota.guaranteed))
+            limit = int(post.get(f"l-{index}", quota.limit))
+        except ValueError:
+            errors.append(f"{label}: guaranteed and limit must be whole numbers.")
+            continue
+        if guaranteed < 0 or limit < guaranteed:
+            errors.append(
+                f"{label}: guaranteed must be between 0 and the limit (got {guaranteed}, {limit})."
+            )
+            continue
+        proposals.append(QuotaProposal(quota.team, quota.model, guaranteed, limit))
+    return proposals, errors
+
+
+@login_required
+def what_if_view(request):
+    """Platform admins try quota changes on the recent job history before making them."""
+    if not is_platform_admin(request.user):
+        raise PermissionDenied("Only platform admins may run what-if replays.")
+    current = current_quotas()
+    window = request.POST.get("window", "7d")
+    policy = request.POST.get("policy", "fairshare")
+    context = {"quotas": current, "windows": list(WINDOWS), "policies": sorted(POLICIES),
+               "window": window, "policy": policy, "errors": [], "result": None}  # fmt: skip
+    if request.method == "POST":
+        proposals, errors = _proposals_from(request.POST, current)
+        if window not in WINDOWS or policy not in POLICIES:
+            errors.append("Choose a window and a policy from the lists.")
+        context["errors"] = errors
+        context["proposed"] = {(p.team, p.model): p for p in proposals}
+        if not errors:
+            result = what_if(
+                proposed=proposals, window=WINDOWS[window], policy=policy, now=timezone.now()
+            )
+            context["result"] = result
+            context["figure"] = _wait_figure(result["teams"])
+    status = 400 if context["errors"] else 200
+    return render(request, "jobs/what_if.html", context, status=status)
+
+
+def _wait_figure(rows: list[dict]) -> dict:
+    layout = {"barmode": "group", "yaxis": {"title": "average wait (h)"}, "margin": {"t": 30}}
+    figure = go.Figure(layout={**layout, "colorway": ["#0072B2", "#E69F00"]})
+    teams = [row["team"] for row in rows]
+    figure.add_bar(name="current quotas", x=teams, y=[row["wait_before_h"] for row in rows])
+    figure.add_bar(name="proposed quotas", x=teams, y=[row["wait_after_h"] for row in rows])
+    data = json.loads(figure.to_json())
+    data["layout"].pop("template", None)
+    return data
