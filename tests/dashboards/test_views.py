@@ -1,4 +1,5 @@
 import json
+import re
 
 import pytest
 from django.test import Client
@@ -34,7 +35,9 @@ def test_pages_render_figures_for_each_role(member, finance_user, platform_admin
         response = logged_in(user).get(f"/dashboards/{page}/?range=7d")
         assert response.status_code == 200
         html = response.content.decode()
-        assert "vendor/plotly/plotly.min.js" in html and "cdn" not in html.lower()
+        assert "vendor/plotly/plotly.min.js" in html
+        # No script from another host (a CDN): every <script src> is a local /static/ path.
+        assert not re.search(r'<script[^>]+src="(https?:)?//', html)
         figures = embedded_figures(response)
         for name in figures:
             assert f'data-figure="{name}"' in html or page == "idle"
