@@ -19,7 +19,7 @@ def ensure_filesystem_broker_dirs() -> None:
     from django.conf import settings
 
     options = getattr(settings, "CELERY_BROKER_TRANSPORT_OPTIONS", {})
-    for key in ("data_folder_in", "data_folder_out", "processed_folder"):
+    for key in ("data_folder_in", "data_folder_out", "processed_folder", "control_folder"):
         if key in options:
             os.makedirs(options[key], exist_ok=True)
 

@@ -180,6 +180,8 @@ CELERY_BROKER_TRANSPORT_OPTIONS = (
         "data_folder_in": str(FILESYSTEM_BROKER_DIR / "queue"),
         "data_folder_out": str(FILESYSTEM_BROKER_DIR / "queue"),
         "processed_folder": str(FILESYSTEM_BROKER_DIR / "processed"),
+        # exchange bindings (node queues, broadcasts); kombu's default is ./control
+        "control_folder": str(FILESYSTEM_BROKER_DIR / "control"),
         "store_processed": False,
     }
     if CELERY_BROKER_URL.startswith("filesystem://")
