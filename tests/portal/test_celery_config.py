@@ -20,3 +20,21 @@ def test_beat_schedules_the_periodic_work_with_expiry():
     }
     poll = schedule["telemetry-poll-fleet"]
     assert poll["options"]["expires"] == poll["schedule"]  # a dead node never piles up polls
+
+
+def test_demo_broker_keeps_every_folder_under_var(tmp_path, monkeypatch):
+    """The embedded filesystem broker (demo) writes queues, processed messages and exchange
+    tables under one folder: nothing lands in the working directory (kombu's default ./control)
+    and the portal and the agents agree on it."""
+    from workers.agent.app import _transport_options
+
+    monkeypatch.setenv("AGENT_BROKER_DIR", str(tmp_path / "broker"))
+    options = _transport_options("filesystem://")
+    folders = {k: v for k, v in options.items() if k.endswith("_folder") or "folder_" in k}
+    assert set(folders) == {
+        "data_folder_in",
+        "data_folder_out",
+        "processed_folder",
+        "control_folder",
+    }
+    assert all(v.startswith(str(tmp_path / "broker")) for v in folders.values())
