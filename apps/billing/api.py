@@ -8,7 +8,6 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import PermissionDenied
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -24,14 +23,10 @@ from apps.billing.models import (
     RateCard,
 )
 from apps.billing.periods import month_start, parse_period
+from apps.billing.services import is_billing_admin
 from apps.fleet.models import GpuModel
 from apps.teams.models import Team
-from apps.teams.permissions import is_finance, is_platform_admin
 from portal.exceptions import ApplicationError
-
-
-def is_billing_admin(user) -> bool:
-    return is_finance(user) or is_platform_admin(user)
 
 
 class RateCardSerializer(serializers.ModelSerializer):
@@ -386,8 +381,3 @@ def export_response(scope: exports.ExportScope, fmt: str):
     response["X-Chargeback-Draft"] = "true" if scope.draft else "false"
     response.status_code = status.HTTP_200_OK
     return response
-
-
-def require_billing_admin_view(user) -> None:
-    if not is_billing_admin(user):
-        raise PermissionDenied("Only finance users and platform admins may see this.")

@@ -1,6 +1,5 @@
 """Plotly figures of the cost dashboard, built from the ledger (never from raw telemetry)."""
 
-import json
 from datetime import timedelta
 from decimal import Decimal
 
@@ -11,24 +10,10 @@ from apps.billing import exports, selectors
 from apps.billing.choices import PLATFORM_COST_CENTER
 from apps.billing.models import BillingPeriod, LedgerEntry
 from apps.billing.periods import month_bounds
+from apps.dashboards.figures import LAYOUT, PALETTE
+from apps.dashboards.figures import figure_json as _figure_json
 
-# Okabe-Ito: distinguishable with the common colour-vision deficiencies.
-PALETTE = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000"]
-LAYOUT = {
-    "margin": {"l": 60, "r": 20, "t": 40, "b": 50},
-    "colorway": PALETTE,
-    "legend": {"orientation": "h", "y": -0.2},
-    "font": {"family": "system-ui, sans-serif", "size": 13},
-}
 MONTHS_SHOWN = 6
-
-
-def _figure_json(figure: go.Figure) -> dict:
-    """The figure as plain JSON, without plotly's default template (it weighs ~10 kB and our
-    layout sets what matters)."""
-    data = json.loads(figure.to_json())
-    data["layout"].pop("template", None)
-    return data
 
 
 def cost_figures(*, period: BillingPeriod, teams: list, include_platform: bool, now) -> dict:

@@ -41,9 +41,14 @@ RATE_FIELDS = (
 )
 
 
+def is_billing_admin(user) -> bool:
+    """Finance users and platform admins manage prices, periods, budgets and adjustments, and
+    see every team's charges."""
+    return is_finance(user) or is_platform_admin(user)
+
+
 def require_billing_admin(user) -> None:
-    """Finance users and platform admins manage prices, periods, budgets and adjustments."""
-    if not (is_finance(user) or is_platform_admin(user)):
+    if not is_billing_admin(user):
         raise PolicyRefusal("Only finance users and platform admins may do this.")
 
 

@@ -9,14 +9,14 @@ from apps.billing import exports, figures, selectors, services
 from apps.billing.choices import ExportFormat
 from apps.billing.forms import AdjustmentForm, BudgetForm, RateCardEndForm, RateCardForm
 from apps.billing.models import Adjustment, BillingPeriod, RateCard
-from apps.billing.periods import month_start, parse_period
+from apps.billing.periods import month_bounds, month_start, parse_period
+from apps.billing.services import is_billing_admin
 from apps.teams.models import Team
-from apps.teams.permissions import is_finance, is_platform_admin
 from portal.exceptions import ApplicationError, show_on_form
 
 
 def _require_billing_admin(user) -> None:
-    if not (is_finance(user) or is_platform_admin(user)):
+    if not is_billing_admin(user):
         raise PermissionDenied("Only finance users and platform admins may see billing.")
 
 
@@ -85,15 +85,13 @@ def chargeback_view(request):
 
 
 def _period_end(period):
-    from apps.billing.periods import month_bounds
-
     return month_bounds(period.month)[1]
 
 
 @login_required
 def rate_cards_view(request):
     """Everyone sees the prices; finance and platform admins add rate cards and end them."""
-    can_edit = is_finance(request.user) or is_platform_admin(request.user)
+    can_edit = is_billing_admin(request.user)
     form = RateCardForm(request.POST or None, initial={"currency": settings.BILLING_CURRENCY})
     end_form = RateCardEndForm(request.POST or None)
     if request.method == "POST":
@@ -137,7 +135,7 @@ def rate_cards_view(request):
 @login_required
 def budgets_view(request):
     """Budgets and burn-down of the teams the user may see; finance and admins set them."""
-    can_edit = is_finance(request.user) or is_platform_admin(request.user)
+    can_edit = is_billing_admin(request.user)
     period, error = _chosen_period(request)
     if error:
         messages.error(request, error)
@@ -191,7 +189,7 @@ def cost_dashboard_view(request):
     if error:
         messages.error(request, error)
     teams = list(Team.objects.for_user(request.user).order_by("slug"))
-    sees_all = is_finance(request.user) or is_platform_admin(request.user)
+    sees_all = is_billing_admin(request.user)
     chosen = request.GET.get("team", "")
     if chosen:
         teams = [t for t in teams if t.slug == chosen]

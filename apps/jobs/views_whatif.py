@@ -1,11 +1,10 @@
-import json
-
 import plotly.graph_objects as go
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.shortcuts import render
 from django.utils import timezone
 
+from apps.dashboards.figures import LAYOUT, figure_json
 from apps.jobs.scheduler import POLICIES
 from apps.jobs.whatif import WINDOWS, QuotaProposal, current_quotas, what_if
 from apps.teams.permissions import is_platform_admin
@@ -58,11 +57,10 @@ def what_if_view(request):
 
 
 def _wait_figure(rows: list[dict]) -> dict:
-    layout = {"barmode": "group", "yaxis": {"title": "average wait (h)"}, "margin": {"t": 30}}
-    figure = go.Figure(layout={**layout, "colorway": ["#0072B2", "#E69F00"]})
+    figure = go.Figure(
+        layout={**LAYOUT, "barmode": "group", "yaxis": {"title": "average wait (h)"}}
+    )
     teams = [row["team"] for row in rows]
     figure.add_bar(name="current quotas", x=teams, y=[row["wait_before_h"] for row in rows])
     figure.add_bar(name="proposed quotas", x=teams, y=[row["wait_after_h"] for row in rows])
-    data = json.loads(figure.to_json())
-    data["layout"].pop("template", None)
-    return data
+    return {"wait": figure_json(figure)}

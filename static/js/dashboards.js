@@ -1,4 +1,5 @@
-// Draws the dashboards' figures, which the server embeds as JSON (built with plotly).
+// Draws the figures the server built with plotly and embedded as JSON (#dashboard-figures,
+// keyed by each chart's data-figure): the dashboards, the cost and the what-if pages.
 document.addEventListener("DOMContentLoaded", function () {
   var source = document.getElementById("dashboard-figures");
   if (!source || !window.Plotly) { return; }

@@ -106,7 +106,7 @@ def test_cost_dashboard_scopes_members_to_their_teams(client, member, finance_us
     client.force_login(finance_user)
     page = client.get("/billing/cost/?period=2026-11").content.decode()
     assert "format=focus" in page
-    assert 'id="cost-figures"' in page and "vendor/plotly/plotly.min.js" in page
+    assert 'id="dashboard-figures"' in page and "vendor/plotly/plotly.min.js" in page
 
 
 def test_cost_dashboard_empty_state(client, member, team):
