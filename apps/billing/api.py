@@ -354,7 +354,14 @@ class ChargebackView(APIView):
 
 def export_response(scope: exports.ExportScope, fmt: str):
     """The streaming download of an export (shared by the API and the finance page)."""
-    name = f"chargeback-{scope.period.month:%Y-%m}" + ("-draft" if scope.draft else "")
+    # Level and team are in the name so that the summary and the detail download of the same
+    # month (or two teams' files) do not overwrite each other in a downloads folder.
+    name = f"chargeback-{scope.period.month:%Y-%m}"
+    if scope.level == exports.DETAIL:
+        name += "-detail"
+    if scope.team_id is not None:
+        name += f"-{Team.objects.get(pk=scope.team_id).slug}"
+    name += "-draft" if scope.draft else ""
     if fmt == ExportFormat.XLSX:
         response = FileResponse(
             exports.xlsx_file(scope),

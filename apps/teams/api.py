@@ -35,6 +35,10 @@ class MembershipInputSerializer(serializers.Serializer):
     role = serializers.ChoiceField(choices=TeamRole.choices, default=TeamRole.MEMBER)
 
 
+class MembershipRoleInputSerializer(serializers.Serializer):
+    role = serializers.ChoiceField(choices=TeamRole.choices)
+
+
 class TeamViewSet(viewsets.ReadOnlyModelViewSet):
     """Teams the caller belongs to (all teams for finance and platform admins), by slug."""
 
@@ -87,6 +91,24 @@ class TeamViewSet(viewsets.ReadOnlyModelViewSet):
         membership = get_object_or_404(team.memberships, user__username=str(username))
         services.membership_remove(membership=membership, actor=request.user)
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+    @extend_schema(
+        summary="Change a member's role",
+        description="Team admins of the team and platform admins only; audited. A team keeps "
+        "at least one team admin (409 last_team_admin).",
+        request=MembershipRoleInputSerializer,
+        responses=MembershipSerializer,
+    )
+    @action(detail=True, methods=["patch"], url_path=r"members/(?P<username>[^/]+)")
+    def change_member_role(self, request, slug=None, username=None):
+        team = self.get_object()
+        membership = get_object_or_404(team.memberships, user__username=username)
+        data = MembershipRoleInputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        membership = services.membership_change_role(
+            membership=membership, role=data.validated_data["role"], actor=request.user
+        )
+        return Response(MembershipSerializer(membership).data)
 
 
 class QuotaSerializer(serializers.ModelSerializer):

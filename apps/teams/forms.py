@@ -14,3 +14,7 @@ class MembershipAddForm(forms.Form):
             return User.objects.get(username=username, is_active=True)
         except User.DoesNotExist:
             raise forms.ValidationError(f"No active user named “{username}”.") from None
+
+
+class MembershipRoleForm(forms.Form):
+    role = forms.ChoiceField(choices=TeamRole.choices)

@@ -8,6 +8,11 @@ urlpatterns = [
     path("token/", views.api_token_view, name="api-token"),
     path("<slug:slug>/", views.team_detail_view, name="team-detail"),
     path(
+        "<slug:slug>/members/<str:username>/role/",
+        views.membership_role_view,
+        name="membership-role",
+    ),
+    path(
         "<slug:slug>/members/<str:username>/remove/",
         views.membership_remove_view,
         name="membership-remove",

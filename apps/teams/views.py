@@ -8,7 +8,8 @@ from apps.dashboards.selectors import home_summary
 from apps.fleet.selectors import fleet_summary
 from apps.reservations.selectors import quota_usage_table
 from apps.teams import selectors, services
-from apps.teams.forms import MembershipAddForm
+from apps.teams.choices import TeamRole
+from apps.teams.forms import MembershipAddForm, MembershipRoleForm
 from apps.teams.models import Team
 from apps.teams.permissions import can_manage_team
 from portal.exceptions import ApplicationError
@@ -60,6 +61,7 @@ def team_detail_view(request, slug: str):
             "members": selectors.team_members(team=team),
             "can_manage": can_manage,
             "form": form,
+            "roles": TeamRole.choices,
             "quota_rows": quota_usage_table(teams=Team.objects.filter(pk=team.pk)),
         },
     )
@@ -80,13 +82,40 @@ def membership_remove_view(request, slug: str, username: str):
 
 
 @login_required
+@require_POST
+def membership_role_view(request, slug: str, username: str):
+    """A team admin (of this team) or a platform admin changes a member's role; audited."""
+    team = get_object_or_404(Team.objects.for_user(request.user), slug=slug)
+    membership = get_object_or_404(team.memberships, user__username=username)
+    form = MembershipRoleForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, f"Choose a role for {username}: member or team admin.")
+        return redirect("teams:team-detail", slug=team.slug)
+    try:
+        membership = services.membership_change_role(
+            membership=membership, role=form.cleaned_data["role"], actor=request.user
+        )
+    except ApplicationError as error:
+        messages.error(request, error.message)
+    else:
+        messages.success(request, f"{username} is now {membership.get_role_display().lower()}.")
+    return redirect("teams:team-detail", slug=team.slug)
+
+
+@login_required
 def api_token_view(request):
     """Show the user's API token; POST creates or rotates it."""
     token = Token.objects.filter(user=request.user).first()
     if request.method == "POST":
-        if token:
+        rotated = token is not None
+        if rotated:
             token.delete()
         token = Token.objects.create(user=request.user)
-        messages.success(request, "A new API token was created; the old one no longer works.")
+        messages.success(
+            request,
+            "A new API token was created; the old one no longer works."
+            if rotated
+            else "Your API token was created.",
+        )
         return redirect("teams:api-token")
     return render(request, "teams/api_token.html", {"token": token})
