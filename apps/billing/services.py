@@ -409,9 +409,11 @@ def check_booking_budget(*, team, gpu_model, count, start, end) -> None:
     spent = team_spend(team=team, period=period)
     booked = booked_cost(team=team, period=period, now=now)
     left = budget.amount - spent - booked
-    if cost > left:
+    # A free booking (no price yet) never spends anything, whatever the budget state.
+    if cost > 0 and cost > left:
+        available = max(left, Decimal(0)).quantize(CENT)
         raise PolicyRefusal(
-            f"This booking would cost {cost.quantize(CENT)} but only {max(left, 0).quantize(CENT)} "
+            f"This booking would cost {cost.quantize(CENT)} but only {available} "
             f"is left of {team.slug}'s {budget.amount} budget for {period}.",
             code="budget_exhausted",
             detail={
