@@ -27,9 +27,10 @@ from apps.billing.services import is_billing_admin
 from apps.fleet.models import GpuModel
 from apps.teams.models import Team
 from portal.exceptions import ApplicationError
+from portal.serializers import RefuseUnknownFieldsMixin
 
 
-class RateCardSerializer(serializers.ModelSerializer):
+class RateCardSerializer(RefuseUnknownFieldsMixin, serializers.ModelSerializer):
     gpu_model = serializers.SlugRelatedField(slug_field="name", queryset=GpuModel.objects.all())
     price_per_gpu_hour = serializers.DecimalField(max_digits=12, decimal_places=4, min_value=0)
     over_quota_multiplier = serializers.DecimalField(
@@ -126,9 +127,13 @@ class BillingPeriodViewSet(viewsets.ReadOnlyModelViewSet):
         return Response(BillingPeriodSerializer(period).data)
 
 
-class AdjustmentSerializer(serializers.ModelSerializer):
+class AdjustmentSerializer(RefuseUnknownFieldsMixin, serializers.ModelSerializer):
     team = serializers.SlugRelatedField(slug_field="slug", queryset=Team.objects.all())
-    period = serializers.SlugRelatedField(slug_field="month", read_only=True)
+    period = serializers.SlugRelatedField(
+        slug_field="month",
+        read_only=True,
+        help_text="Read-only: the open month the adjustment is booked in (sending it is a 400).",
+    )
     amount = serializers.DecimalField(max_digits=14, decimal_places=2)
     corrects_entry = serializers.PrimaryKeyRelatedField(
         queryset=LedgerEntry.objects.all(), required=False, allow_null=True
@@ -145,6 +150,12 @@ class AdjustmentSerializer(serializers.ModelSerializer):
             "created_by", "created_at",
         ]  # fmt: skip
         read_only_fields = ["id", "period", "created_by", "created_at"]
+        read_only_hints = {
+            "period": (
+                "An adjustment is always booked in the current (open) month; to correct a "
+                "closed month, name it in corrects_period."
+            )
+        }
 
 
 class AdjustmentViewSet(
@@ -182,7 +193,7 @@ class BudgetAlertSerializer(serializers.ModelSerializer):
         fields = ["threshold", "spent", "created_at"]
 
 
-class BudgetSerializer(serializers.ModelSerializer):
+class BudgetSerializer(RefuseUnknownFieldsMixin, serializers.ModelSerializer):
     team = serializers.SlugRelatedField(slug_field="slug", queryset=Team.objects.all())
     period = serializers.RegexField(r"^\d{4}-\d{2}$", help_text="YYYY-MM")
     amount = serializers.DecimalField(max_digits=14, decimal_places=2, min_value=0)

@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from apps.audit.models import AuditEvent
 from apps.billing.metering import meter_interval
-from apps.billing.models import BillingPeriod, Budget, LedgerEntry, RateCard
+from apps.billing.models import Adjustment, BillingPeriod, Budget, LedgerEntry, RateCard
 from tests.billing.conftest import AFTER_NOV, DEC, NOV
 from tests.billing.test_metering import book
 from tests.conftest import client_for
@@ -212,3 +212,34 @@ def test_csv_export_streams_and_marks_drafts(finance_user, team, member, fleet, 
     rows = list(csv.DictReader(io.StringIO(b"".join(response.streaming_content).decode())))
     assert {row["draft"] for row in rows} == {"true"}
     assert sum(Decimal(r["cost"]) for r in rows if r["team"] == team.slug) == Decimal("5.00")
+
+
+def test_adjustment_with_a_period_or_unknown_field_is_refused_not_rebooked(finance_user, team):
+    client = client_for(finance_user)
+    body = {"team": team.slug, "amount": "-5.00", "reason": "Credit for October"}
+    response = client.post("/api/v1/adjustments/", body | {"period": "2026-10"}, format="json")
+    assert response.status_code == 400
+    error = response.json()
+    assert error["code"] == "invalid"
+    assert "corrects_period" in error["detail"]["period"][0]
+    typo = client.post("/api/v1/adjustments/", body | {"ammount": "1.00"}, format="json")
+    assert typo.status_code == 400 and "ammount" in typo.json()["detail"]
+    # Several faults are reported together.
+    both = client.post(
+        "/api/v1/adjustments/", body | {"amount": "x", "created_by": "fran"}, format="json"
+    )
+    assert set(both.json()["detail"]) == {"amount", "created_by"}
+    assert not Adjustment.objects.exists() and not LedgerEntry.objects.exists()
+
+
+def test_billing_writes_refuse_read_only_fields(finance_user, team, h100):
+    client = client_for(finance_user)
+    card = {
+        "gpu_model": h100.name, "price_per_gpu_hour": "2.00",
+        "effective_from": "2026-01-01T00:00:00Z", "created_at": "2020-01-01T00:00:00Z",
+    }  # fmt: skip
+    response = client.post("/api/v1/rate-cards/", card, format="json")
+    assert response.status_code == 400 and "created_at" in response.json()["detail"]
+    budget = {"team": team.slug, "period": "2026-11", "amount": "10", "alerts": []}
+    response = client.post("/api/v1/budgets/", budget, format="json")
+    assert response.status_code == 400 and "alerts" in response.json()["detail"]
