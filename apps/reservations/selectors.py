@@ -167,8 +167,10 @@ def availability_search(
     slot: timedelta,
     same_node: bool = False,
     limit: int = 5,
+    blocked: list[Interval] | tuple = (),
 ) -> list[BookableSlot]:
-    """The earliest windows (up to `limit`) where `count` GPUs are free for `duration`.
+    """The earliest windows (up to `limit`) where `count` GPUs are free for `duration` (and
+    that overlap none of the `blocked` epoch intervals, e.g. where the team's quota is full).
 
     Looks ahead progressively (2 days, then doubling up to `horizon`) so the common case loads
     a fraction of the bookings. It stops once it has `limit` windows, or at least one window
@@ -190,9 +192,13 @@ def availability_search(
         for gpu_id, spans in more.items():
             busy[gpu_id].extend(spans)
         loaded_until = load_end
+        # A window no booking may overlap is, for the search, a time every GPU is busy.
+        with_blocked = (
+            {gpu.id: [*busy.get(gpu.id, ()), *blocked] for gpu in gpus} if blocked else busy
+        )
         slots = availability.find_slots(
             gpus,
-            busy,
+            with_blocked,
             count=count,
             duration=availability.seconds(duration),
             after=first,
@@ -223,20 +229,83 @@ def slots_from_now(
     after: datetime | None = None,
     same_node: bool = False,
     limit: int = 5,
+    team: Team | None = None,
 ) -> list[BookableSlot]:
-    """Bookable slots under the booking policy: from now (or later) to the advance limit."""
+    """Bookable slots under the booking policy: from now (or later) to the advance limit; for
+    a `team`, only windows its quota allows too, so a suggested slot never fails on quota."""
     policy = BookingPolicy.from_settings()
     now = timezone.now()
+    after = max(after or now, now)
+    horizon = now + policy.max_advance
+    blocked: list[Interval] = []
+    if team is not None:
+        blocked = team_quota_blocked(
+            team=team, gpu_model=gpu_model, count=count, start=after, end=horizon + duration
+        )
     return availability_search(
         gpu_model=gpu_model,
         count=count,
         duration=duration,
-        after=max(after or now, now),
-        horizon=now + policy.max_advance,
+        after=after,
+        horizon=horizon,
         slot=policy.slot,
         same_node=same_node,
         limit=limit,
+        blocked=blocked,
     )
+
+
+def team_quota_models(*, team: Team) -> list[GpuModel]:
+    """GPU models the team may book (a quota with a limit above 0), largest limit first; every
+    model when the team has an any-model quota."""
+    quotas = list(
+        Quota.objects.filter(team=team, limit__gt=0)
+        .select_related("gpu_model")
+        .order_by("-limit", "gpu_model__name")
+    )
+    if any(quota.gpu_model_id is None for quota in quotas):
+        return list(GpuModel.objects.order_by("name"))
+    return [quota.gpu_model for quota in quotas]
+
+
+def team_quota_blocked(
+    *, team: Team, gpu_model: GpuModel, count: int, start: datetime, end: datetime
+) -> list[Interval]:
+    """Epoch intervals within [start, end) that a new booking of `count` GPUs by `team` may not
+    overlap, because the team would then hold more than a limit of its quota (the same rule
+    as `services.check_quota`, read without locks). No quota at all blocks everything."""
+    quotas = list(
+        Quota.objects.filter(Q(gpu_model=gpu_model) | Q(gpu_model__isnull=True), team=team)
+    )
+    whole = [(availability.to_epoch(start), availability.to_epoch_ceil(end))]
+    if not quotas:
+        return whole
+    blocked: list[Interval] = []
+    for quota in quotas:
+        room = quota.limit - count
+        if room < 0:
+            return whole
+        held = team_booked_intervals(
+            team=team,
+            start=start,
+            end=end,
+            gpu_model=quota.gpu_model if quota.gpu_model_id else None,
+        )
+        events = sorted(
+            [(availability.to_epoch(s), n) for s, _, n in held]
+            + [(availability.to_epoch_ceil(e), -n) for _, e, n in held],
+            key=lambda event: (event[0], event[1]),
+        )
+        current, opened = 0, None
+        for moment, delta in events:
+            current += delta
+            if current > room and opened is None:
+                opened = moment
+            elif current <= room and opened is not None:
+                if moment > opened:
+                    blocked.append((opened, moment))
+                opened = None
+    return blocked
 
 
 def free_capacity(

@@ -64,9 +64,27 @@ def _timeline_rows(gpu_model, *, days: int = 7, bucket_hours: int = 3):
     return list(rows.items())
 
 
+def _booking_team_and_model(request, form) -> tuple[Team | None, GpuModel | None]:
+    """The team the form books for (the chosen one, else the user's first) and the GPU model
+    to search (the chosen one, else the first the team has a quota for)."""
+    search = request.POST if request.method == "POST" else request.GET
+    teams = form.fields["team"].queryset.order_by("slug")
+    team = teams.filter(slug=search.get("team")).first() or teams.first()
+    model = GpuModel.objects.filter(name=search.get("gpu_model")).first()
+    if model is None and team is not None:
+        model = next(iter(selectors.team_quota_models(team=team)), None)
+    return team, model or GpuModel.objects.order_by("name").first()
+
+
 @login_required
 def reservation_create_view(request):
     policy = BookingPolicy.from_settings()
+    if "csrfmiddlewaretoken" in request.GET:
+        # "Find free slots" submits the booking form by GET; the CSRF token must not stay in
+        # the address bar, history or logs.
+        query = request.GET.copy()
+        query.pop("csrfmiddlewaretoken")
+        return redirect(f"{request.path}?{query.urlencode()}")
     # "Find free slots" is a GET of the same form: keep what was typed, so that "Book"
     # books the model and count the suggestions were found for.
     initial = {
@@ -75,7 +93,12 @@ def reservation_create_view(request):
         if name in ReservationForm.base_fields and name != "tz_offset"
     }
     form = ReservationForm(request.POST or None, user=request.user, initial=initial)
-    suggestions, model, conflict = [], None, None
+    team, model = _booking_team_and_model(request, form)
+    if model is not None and "gpu_model" not in initial:
+        form.initial["gpu_model"] = model.name
+    if team is not None and "team" not in initial:
+        form.initial["team"] = team.slug
+    suggestions, conflict = [], None
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
         try:
@@ -96,9 +119,6 @@ def reservation_create_view(request):
             messages.success(request, f"Booked: reservation #{reservation.pk}.")
             return redirect("reservations:reservation-list")
     search = request.POST if request.method == "POST" else request.GET
-    model = (
-        GpuModel.objects.filter(name=search.get("gpu_model")).first() or GpuModel.objects.first()
-    )
     try:
         count = max(1, min(int(search.get("count", 1)), 10_000))
         hours = max(0.25, min(float(search.get("duration_hours", 4)), 24 * 7))
@@ -112,6 +132,7 @@ def reservation_create_view(request):
             duration=duration,
             same_node=bool(search.get("same_node")),
             limit=5,
+            team=team,
         )
     return render(
         request,
@@ -119,6 +140,7 @@ def reservation_create_view(request):
         {
             "form": form,
             "gpu_model": model,
+            "team": team,
             "suggestions": suggestions,
             "timeline": _timeline_rows(model) if model else [],
             "conflict": conflict,
