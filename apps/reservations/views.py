@@ -5,6 +5,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
+from django.forms.utils import pretty_name
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
@@ -205,6 +206,28 @@ def team_calendar_view(request, slug: str):
     return render(request, "reservations/team_calendar.html", {"team": team, "days": days})
 
 
+def _posted_quota(form: QuotaForm, rows: list[dict]) -> dict | None:
+    """Put a refused quota edit back where it was typed: on its row of the table, or (for a
+    new quota) on the add form. Returns what the add form shows, or None."""
+    posted = {
+        "team": form.data.get("team", ""),
+        "gpu_model": form.data.get("gpu_model", ""),
+        "guaranteed": form.data.get("guaranteed", ""),
+        "limit": form.data.get("limit", ""),
+        "errors": [
+            error if field == "__all__" else f"{pretty_name(field)}: {error}"
+            for field, errors in form.errors.items()
+            for error in errors
+        ],
+    }
+    for row in rows:
+        model = row["gpu_model"].name if row["gpu_model"] else ""
+        if row["team"].slug == posted["team"] and model == posted["gpu_model"]:
+            row["posted"] = posted
+            return None
+    return posted
+
+
 @login_required
 def quota_admin_view(request):
     """Platform admins edit quotas inline; finance reads. Over-committed guarantees warn."""
@@ -230,6 +253,8 @@ def quota_admin_view(request):
             else:
                 messages.success(request, f"Quota of {data['team'].slug} saved.")
                 return redirect("quotas")
+    rows = selectors.quota_usage_table()
+    new_posted = _posted_quota(form, rows) if form.is_bound and form.errors else None
     pressure = selectors.guarantee_pressure()
     for row in pressure:
         if row["overcommitted"]:
@@ -242,7 +267,8 @@ def quota_admin_view(request):
         request,
         "reservations/quota_admin.html",
         {
-            "rows": selectors.quota_usage_table(),
+            "rows": rows,
+            "new_posted": new_posted,
             "form": form,
             "can_edit": can_edit,
             "pressure": pressure,
