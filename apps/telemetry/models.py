@@ -160,3 +160,41 @@ class IdleWarning(models.Model):
 
     def __str__(self) -> str:
         return f"idle warning for reservation {self.reservation_id}"
+
+
+class TelemetryDeadLetter(models.Model):
+    """A telemetry message that could not be stored (malformed, or refused by the database),
+    kept for admins to inspect instead of blocking the queue. Counted as `malformed`."""
+
+    received_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    node = models.CharField(max_length=253, blank=True, help_text="As the message named it.")
+    reason = models.CharField(max_length=200)
+    error = models.TextField(blank=True)
+    payload = models.TextField(help_text="The message as received (cut at 64 KiB).")
+
+    class Meta:
+        ordering = ["-received_at"]
+
+    def __str__(self) -> str:
+        return f"{self.node or '?'}: {self.reason}"
+
+
+class LateSampleRange(models.Model):
+    """Samples stored after the minutely rollup had passed their time (an agent flushing its
+    buffer after a broker outage). The next rollup run recomputes these minutes and hours."""
+
+    start = models.DateTimeField()
+    end = models.DateTimeField()
+    noted_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(end__gt=models.F("start")),
+                name="latesamplerange_end_after_start",
+                violation_error_message="A late sample range must end after it starts.",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.start:%Y-%m-%d %H:%M} - {self.end:%H:%M}"

@@ -16,7 +16,7 @@ from django.conf import settings
 from django.db import connection, transaction
 
 from apps.reservations.models import ReservationGpu
-from apps.telemetry.models import GpuHourRollup, GpuMinuteRollup, GpuSample
+from apps.telemetry.models import GpuHourRollup, GpuMinuteRollup, GpuSample, LateSampleRange
 
 LOOKBACK = timedelta(minutes=5)  # how far before an interval to look for the previous sample
 ROLLUP_FIELDS = [
@@ -97,6 +97,43 @@ ON CONFLICT (gpu_id, bucket) DO UPDATE SET
     mem_used_max_mib = EXCLUDED.mem_used_max_mib, power_avg_w = EXCLUDED.power_avg_w,
     energy_j = EXCLUDED.energy_j, busy_seconds = EXCLUDED.busy_seconds
 """
+
+
+# The minutely task rolls up this much of the recent past on every run. A sample stored when
+# its minute is about to leave that window (LATE_AFTER) is noted, and its minutes and hours are
+# rolled up again by `rollup_late` (an agent flushing its buffer after a broker outage).
+ROLLUP_WINDOW = timedelta(minutes=5)
+LATE_AFTER = ROLLUP_WINDOW - timedelta(minutes=2)
+LATE_RANGES_PER_RUN = 100
+
+
+def late_rollups_note(*, rows: list[tuple], now: datetime) -> None:
+    """Note the span of stored sample rows (gpu_id, ts, ...) that the regular rollup window
+    has passed or is about to pass."""
+    late = [row[1] for row in rows if row[1] < now - LATE_AFTER]
+    if late:
+        minute = timedelta(minutes=1)
+        LateSampleRange.objects.create(
+            start=_floor(min(late), minute), end=_floor(max(late), minute) + minute
+        )
+
+
+def rollup_late(*, limit: int = LATE_RANGES_PER_RUN) -> dict[str, int]:
+    """Roll up again the minutes and hours that late samples fell into (oldest noted first),
+    then forget those notes. Idempotent: rollups are upserts recomputed from the samples."""
+    ranges = list(LateSampleRange.objects.order_by("start")[:limit])
+    merged: list[list[datetime]] = []
+    for item in ranges:
+        if merged and item.start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], item.end)
+        else:
+            merged.append([item.start, item.end])
+    minutes = hours = 0
+    for start, end in merged:
+        minutes += rollup_minutes(start=start, end=end)
+        hours += rollup_hours(start=start, end=end)
+    LateSampleRange.objects.filter(pk__in=[item.pk for item in ranges]).delete()
+    return {"ranges": len(merged), "minutes": minutes, "hours": hours}
 
 
 def _floor(moment: datetime, unit: timedelta) -> datetime:

@@ -5,6 +5,7 @@ as its rows, so a redelivered batch is skipped whole; and rows are unique on (gp
 sample that arrives again in another batch is dropped, not doubled.
 """
 
+import json
 import logging
 import math
 import time
@@ -13,17 +14,27 @@ from datetime import UTC, datetime, timedelta
 
 import psycopg
 from django.conf import settings
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, InterfaceError, OperationalError, connection, transaction
 from django.db.models import F, Sum
 from django.utils import timezone
 
 from apps.audit.services import audit_record
 from apps.fleet.choices import GpuHealth, NodeStatus
 from apps.fleet.models import Gpu, GpuModel, Node
-from apps.telemetry.models import GpuSample, IngestBatch, TelemetryCounter
+from apps.telemetry.models import (
+    GpuSample,
+    IngestBatch,
+    TelemetryCounter,
+    TelemetryDeadLetter,
+)
+from apps.telemetry.rollups import late_rollups_note
 from portal.bulk import insert_ignoring_duplicates
 
 logger = logging.getLogger(__name__)
+
+# A lost database connection: the batches stay queued for the next drain. Anything else a batch
+# can cause (a value PostgreSQL refuses, a GPU deleted meanwhile) is that batch's problem only.
+CONNECTION_ERRORS = (OperationalError, InterfaceError, psycopg.OperationalError)
 
 SAMPLE_TABLE = "telemetry_gpusample"
 SAMPLE_KEY = ("gpu_id", "ts")
@@ -165,12 +176,19 @@ def _clean_sample(
     sample, *, gpu_ids: dict, oldest: float, newest: float
 ) -> tuple[tuple | None, str]:
     """A sample as a row for GpuSample, or None and why it was rejected. (Runs for every
-    sample of every node: kept to plain comparisons.)"""
+    sample of every node: kept to plain comparisons.) Every field is type-checked before it
+    is used as a key or reaches the database, so no payload can raise here."""
     if type(sample) is not dict:
         return None, "malformed"
-    gpu_id = gpu_ids.get(sample.get("uuid"))
+    uuid = sample.get("uuid")
+    if type(uuid) is not str:
+        return None, "malformed"
+    gpu_id = gpu_ids.get(uuid)
     if gpu_id is None:
         return None, "unknown_gpu"
+    health = sample.get("health")
+    if health is not None and type(health) is not str:
+        return None, "malformed"
     ts = sample.get("ts")
     if type(ts) not in _NUMBER or ts != ts or ts in (math.inf, -math.inf):
         return None, "bad_timestamp"
@@ -190,6 +208,30 @@ def _clean_sample(
     return tuple(row), ""
 
 
+MAX_HOSTNAME = 253  # IngestBatch.node, Node.hostname
+MAX_SEQ = 2**63 - 1  # a bigint
+MAX_SAMPLES_PER_BATCH = 10_000  # 1,000 GPUs and MIG devices per node is already generous
+
+
+def _batch_problem(batch) -> str:
+    """Why a message cannot be a batch at all (empty if it can): checked before anything of it
+    touches the database, because one value PostgreSQL refuses would fail the whole drain."""
+    if not isinstance(batch, dict) or not isinstance(batch.get("samples"), list):
+        return "not a batch"
+    hostname, seq = batch.get("node"), batch.get("seq")
+    if type(hostname) is not str or not hostname:
+        return "batch without a node name"
+    if len(hostname) > MAX_HOSTNAME or not hostname.isprintable():
+        return "node name too long or with control characters"
+    if type(seq) is not int:
+        return "batch without an integer sequence number"
+    if not 0 <= seq <= MAX_SEQ:
+        return "sequence number out of range"
+    if len(batch["samples"]) > MAX_SAMPLES_PER_BATCH:
+        return f"more than {MAX_SAMPLES_PER_BATCH} samples"
+    return ""
+
+
 def telemetry_ingest(*, batch, now: datetime | None = None) -> IngestResult:
     """Store one agent batch: good samples go in, bad ones are counted by reason and logged.
 
@@ -202,81 +244,149 @@ def telemetry_ingest_many(*, batches: list, now: datetime | None = None) -> list
     multi-row insert of their batch keys, one COPY of their samples. The cost of a transaction
     is paid once per drain instead of once per node (see bench/telemetry.py).
 
-    If the COPY meets a sample already stored (an agent re-sent it in a new batch), the whole
-    transaction is rolled back and the batches go in one by one, skipping stored samples."""
+    If the COPY meets a sample already stored (an agent re-sent it in a new batch), or anything
+    else in the group fails to store, the whole transaction is rolled back and the batches go in
+    one by one; a batch that still cannot be stored is parked as a dead letter (admin site) and
+    counted, so it never blocks the others. Counters are written inside the same transactions,
+    so a fallback never counts twice. Only a lost database connection raises: the caller then
+    keeps the messages for the next drain."""
     now = now or timezone.now()
     try:
         return _ingest(batches, now, careful=len(batches) == 1)
-    except psycopg.errors.UniqueViolation:
-        return [_ingest([batch], now, careful=True)[0] for batch in batches]
+    except CONNECTION_ERRORS:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any payload must not stop ingestion
+        if len(batches) == 1:
+            return [_park(batches[0], now, exc)]
+        if not isinstance(exc, psycopg.errors.UniqueViolation):
+            logger.warning("telemetry group of %d failed (%r); one by one", len(batches), exc)
+    results = []
+    for batch in batches:
+        try:
+            results.append(_ingest([batch], now, careful=True)[0])
+        except CONNECTION_ERRORS:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            results.append(_park(batch, now, exc))
+    return results
+
+
+def _park(batch, now: datetime, exc: BaseException) -> IngestResult:
+    """Keep a batch that could not be stored as a dead letter, counted as malformed."""
+    _gpu_maps.clear()  # a GPU may have vanished under a cached map
+    samples = batch.get("samples") if isinstance(batch, dict) else None
+    result = IngestResult()
+    result.reject("malformed", len(samples) if isinstance(samples, list) and samples else 1)
+    with transaction.atomic():
+        _dead_letter(batch, reason=f"could not be stored: {type(exc).__name__}", error=str(exc))
+        _count(result)
+    logger.error("telemetry batch parked as a dead letter: %r", exc)
+    return result
+
+
+def _dead_letter(batch, *, reason: str, error: str = "") -> None:
+    node = batch.get("node") if isinstance(batch, dict) else None
+    TelemetryDeadLetter.objects.create(
+        node=_printable(node if isinstance(node, str) else repr(node), MAX_HOSTNAME),
+        reason=_printable(reason, 200),
+        error=_printable(error, 2000),
+        payload=_printable(_as_text(batch), DEAD_LETTER_PAYLOAD_CHARS),
+    )
+    counter_add("dead_letters", reason.split(":")[0][:64])
+
+
+DEAD_LETTER_PAYLOAD_CHARS = 65_536
+
+
+def _as_text(payload) -> str:
+    try:
+        return json.dumps(payload, default=repr)[: DEAD_LETTER_PAYLOAD_CHARS + 1]
+    except (TypeError, ValueError, RecursionError):
+        try:
+            return repr(payload)[: DEAD_LETTER_PAYLOAD_CHARS + 1]
+        except RecursionError:
+            return "<nested too deeply to show>"
+
+
+def _printable(text: str, limit: int) -> str:
+    """What PostgreSQL text can hold: no NUL bytes; cut to the column's size."""
+    text = text.replace("\x00", "\\x00")
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _count(result: IngestResult) -> None:
+    for reason, count in result.rejected.items():
+        counter_add("samples_rejected", reason, count)
 
 
 def _ingest(batches: list, now: datetime, *, careful: bool) -> list[IngestResult]:
     results = [IngestResult() for _ in batches]
+    with transaction.atomic():
+        return _ingest_in_transaction(batches, results, now, careful=careful)
+
+
+def _ingest_in_transaction(batches, results, now: datetime, *, careful: bool):
     valid = []
     for result, batch in zip(results, batches, strict=True):
-        if not isinstance(batch, dict) or not isinstance(batch.get("samples"), list):
-            result.reject("malformed")
-            _finish(result, node="?", reason="not a batch")
+        problem = _batch_problem(batch)
+        if problem:
+            samples = batch.get("samples") if isinstance(batch, dict) else None
+            result.reject("malformed", max(1, len(samples) if isinstance(samples, list) else 0))
+            _dead_letter(batch, reason=problem)
+            _count(result)
+            logger.warning("telemetry batch rejected: %s", problem)
             continue
-        hostname, seq = batch.get("node"), batch.get("seq")
-        if not isinstance(hostname, str) or isinstance(seq, bool) or not isinstance(seq, int):
-            result.reject("malformed", max(1, len(batch["samples"])))
-            _finish(result, node=str(hostname), reason="batch without node or sequence")
-            continue
-        valid.append((result, hostname, seq, batch["samples"]))
+        valid.append((result, batch["node"], batch["seq"], batch["samples"]))
     if not valid:
         return results
-    with transaction.atomic():
-        node_ids = _nodes_seen({hostname for _, hostname, _, _ in valid}, now)
-        now_mono = time.monotonic()
-        stale = [n for n in node_ids.values() if _gpu_maps.get(n, (0,))[0] <= now_mono]
-        if stale:
-            _load_gpu_maps(stale)
-        prepared = []
-        for result, hostname, seq, samples in valid:
-            node_id = node_ids.get(hostname)
-            if node_id is None:
-                result.reject("unknown_node", len(samples))
-                _finish(result, node=hostname, reason="unknown node")
-                continue
-            gpus = _node_gpus(node_id)
-            if any(isinstance(x, dict) and x.get("uuid") not in gpus for x in samples):
-                gpus = _node_gpus(node_id, refresh=True)  # the node may have re-registered
-            rows, health = _clean_batch(samples, gpus, now, result)
-            prepared.append((result, hostname, seq, node_id, gpus, rows, health))
-        claimed = _claim_batches(
-            [
-                (h, seq, len(rows), sum(r.rejected.values()))
-                for r, h, seq, _, _, rows, _ in prepared
-            ],
-            now=now,
-        )
-        new_rows = []
-        for result, hostname, seq, _node, gpus, rows, health in prepared:
-            if (hostname, seq) not in claimed:
-                result.duplicate_batch = True
-                result.rejected = {}
-                counter_add("batches_duplicate")
-                continue
-            result.stored = len(rows)
-            new_rows.extend(rows)
-            if health:
-                _apply_health(gpus, health)
-            for reason, count in result.rejected.items():
-                counter_add("samples_rejected", reason, count)
-        try:
-            if careful:
-                stored = store_samples(new_rows)
-                for result, hostname, seq, *_ in prepared:
-                    if not result.duplicate_batch and result.stored != stored:
-                        result.stored = stored
-                        IngestBatch.objects.filter(node=hostname, seq=seq).update(stored=stored)
-            else:
-                _copy_samples(new_rows)
-        except (IntegrityError, psycopg.errors.ForeignKeyViolation):
-            _gpu_maps.clear()  # a GPU vanished under a cached map; the task retries afresh
-            raise
+    node_ids = _nodes_seen({hostname for _, hostname, _, _ in valid}, now)
+    now_mono = time.monotonic()
+    stale = [n for n in node_ids.values() if _gpu_maps.get(n, (0,))[0] <= now_mono]
+    if stale:
+        _load_gpu_maps(stale)
+    prepared = []
+    for result, hostname, seq, samples in valid:
+        node_id = node_ids.get(hostname)
+        if node_id is None:
+            result.reject("unknown_node", max(1, len(samples)))
+            _count(result)
+            logger.warning("telemetry batch from unknown node %s rejected", hostname)
+            continue
+        gpus = _node_gpus(node_id)
+        unknown = (x["uuid"] for x in samples if type(x) is dict and type(x.get("uuid")) is str)
+        if any(uuid not in gpus for uuid in unknown):
+            gpus = _node_gpus(node_id, refresh=True)  # the node may have re-registered
+        rows, health = _clean_batch(samples, gpus, now, result)
+        prepared.append((result, hostname, seq, node_id, gpus, rows, health))
+    claimed = _claim_batches(
+        [(h, seq, len(rows), sum(r.rejected.values())) for r, h, seq, _, _, rows, _ in prepared],
+        now=now,
+    )
+    new_rows = []
+    for result, hostname, seq, _node, gpus, rows, health in prepared:
+        if (hostname, seq) not in claimed:
+            result.duplicate_batch = True
+            result.rejected = {}
+            counter_add("batches_duplicate")
+            continue
+        result.stored = len(rows)
+        new_rows.extend(rows)
+        if health:
+            _apply_health(gpus, health)
+        _count(result)
+    try:
+        if careful:
+            stored = store_samples(new_rows)
+            for result, hostname, seq, *_ in prepared:
+                if not result.duplicate_batch and result.stored != stored:
+                    result.stored = stored
+                    IngestBatch.objects.filter(node=hostname, seq=seq).update(stored=stored)
+        else:
+            _copy_samples(new_rows)
+    except (IntegrityError, psycopg.errors.ForeignKeyViolation):
+        _gpu_maps.clear()  # a GPU vanished under a cached map; the task retries afresh
+        raise
+    late_rollups_note(rows=new_rows, now=now)
     for result, hostname, seq, *_ in prepared:
         if result.rejected:
             logger.warning("telemetry from %s seq %s: rejected %s", hostname, seq, result.rejected)
@@ -344,12 +454,6 @@ def _claim_batches(keys: list[tuple[str, int, int, int]], *, now: datetime) -> s
             params,
         )
         return {(node, seq) for node, seq in cursor.fetchall()}
-
-
-def _finish(result: IngestResult, *, node: str, reason: str) -> None:
-    logger.warning("telemetry batch from %s rejected: %s", node, reason)
-    for why, count in result.rejected.items():
-        counter_add("samples_rejected", why, count)
 
 
 def _copy_samples(rows: list[tuple]) -> None:
@@ -479,8 +583,8 @@ def _delete_in_batches(queryset) -> int:
 
 
 def telemetry_retention(*, now: datetime | None = None) -> dict[str, int]:
-    """Drop raw samples and batch keys past TELEMETRY_RAW_RETENTION_DAYS and minute rollups
-    past TELEMETRY_MINUTE_RETENTION_DAYS. Hour rollups are kept."""
+    """Drop raw samples, batch keys and dead letters past TELEMETRY_RAW_RETENTION_DAYS and
+    minute rollups past TELEMETRY_MINUTE_RETENTION_DAYS. Hour rollups are kept."""
     from apps.telemetry.models import GpuMinuteRollup
 
     now = now or timezone.now()
@@ -495,61 +599,7 @@ def telemetry_retention(*, now: datetime | None = None) -> dict[str, int]:
         "minute_rollups": _delete_in_batches(
             GpuMinuteRollup.objects.filter(bucket__lt=minute_cutoff)
         ),
+        "dead_letters": _delete_in_batches(
+            TelemetryDeadLetter.objects.filter(received_at__lt=raw_cutoff)
+        ),
     }
-
-
-# --- draining the telemetry queue ------------------------------------------------------------
-
-
-def telemetry_drain(*, max_batches: int | None = None) -> dict[str, int]:
-    """Take up to `max_batches` queued `telemetry.ingest` messages off the telemetry queue and
-    store them in one transaction (telemetry_ingest_many); ack them only after it commits.
-
-    Agents send their batches to TELEMETRY_QUEUE, which no worker consumes directly; beat runs
-    this every TELEMETRY_DRAIN_SECONDS. A failure requeues every message taken, and the batch
-    keys make a second delivery harmless. (A worker started with `-Q telemetry` would still
-    ingest them one at a time: same result, one transaction per node batch.)"""
-    from queue import Empty
-
-    from portal.celery import app
-
-    max_batches = max_batches or settings.TELEMETRY_DRAIN_MAX_BATCHES
-    messages, batches = [], []
-    with app.connection_for_read() as conn:
-        queue = conn.SimpleQueue(settings.TELEMETRY_QUEUE, no_ack=False)
-        try:
-            while len(messages) < max_batches:
-                try:
-                    message = queue.get(block=False)
-                except Empty:
-                    break
-                messages.append(message)
-                batches.append(_batch_from_message(message))
-            results = telemetry_ingest_many(batches=batches) if batches else []
-        except Exception:
-            for message in messages:
-                message.requeue()
-            raise
-        for message in messages:
-            message.ack()
-        queue.close()
-    return {
-        "batches": len(batches),
-        "stored": sum(r.stored for r in results),
-        "duplicates": sum(r.duplicate_batch for r in results),
-    }
-
-
-def _batch_from_message(message):
-    """The batch argument of a `telemetry.ingest` task message (Celery protocol 2), or the
-    message body itself; anything else is passed on and rejected as malformed by ingest, so a
-    poison message is acked and counted, never requeued forever."""
-    try:
-        body = message.decode()
-    except Exception:  # noqa: BLE001 - undecodable (e.g. a content type we do not accept)
-        logger.warning("undecodable message on the telemetry queue dropped")
-        return None
-    if message.headers.get("task") == "telemetry.ingest" and isinstance(body, list) and body:
-        args = body[0]
-        return args[0] if isinstance(args, list) and args else None
-    return body

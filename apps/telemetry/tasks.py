@@ -1,7 +1,6 @@
 """Thin Celery tasks of the telemetry pipeline; the work is in services, rollups and idle."""
 
 from dataclasses import asdict
-from datetime import timedelta
 
 import psycopg
 from celery import current_app, shared_task
@@ -11,6 +10,7 @@ from django.utils import timezone
 
 from apps.fleet.choices import NodeStatus
 from apps.fleet.models import Node
+from apps.telemetry import drain as telemetry_queue
 from apps.telemetry import idle, rollups, services
 
 
@@ -29,7 +29,7 @@ def ingest(batch) -> dict:
 @shared_task(name="telemetry.drain", time_limit=60, soft_time_limit=55)
 def drain() -> dict:
     """Store the batches agents queued since the last drain, in one transaction."""
-    return services.telemetry_drain()
+    return telemetry_queue.telemetry_drain()
 
 
 @shared_task(name="telemetry.register_node")
@@ -55,8 +55,9 @@ def minutely() -> dict:
     bookings (in that order: idle decisions read the rollups)."""
     now = timezone.now()
     return {
-        "minutes": rollups.rollup_minutes(start=now - timedelta(minutes=5), end=now),
-        "hours": rollups.rollup_hours(start=now - timedelta(minutes=5), end=now),
+        "minutes": rollups.rollup_minutes(start=now - rollups.ROLLUP_WINDOW, end=now),
+        "hours": rollups.rollup_hours(start=now - rollups.ROLLUP_WINDOW, end=now),
+        "late": rollups.rollup_late(),
         "unreachable": services.nodes_mark_unreachable(now=now),
         "idle_intervals": idle.idle_intervals_update(now=now),
         "idle_bookings": idle.idle_bookings_check(now=now),

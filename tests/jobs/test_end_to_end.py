@@ -20,7 +20,8 @@ from apps.jobs.dispatch import schedule_cycle
 from apps.jobs.models import Job, JobAllocation
 from apps.teams.models import Quota
 from apps.telemetry.models import GpuSample
-from apps.telemetry.services import nodes_mark_unreachable, telemetry_drain
+from apps.telemetry.drain import telemetry_drain
+from apps.telemetry.services import nodes_mark_unreachable
 from apps.telemetry.tasks import poll_fleet
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -3,8 +3,9 @@
 import pytest
 from django.conf import settings
 
+from apps.telemetry.drain import telemetry_drain
 from apps.telemetry.models import GpuSample, IngestBatch
-from apps.telemetry.services import telemetry_drain, telemetry_ingest_many
+from apps.telemetry.services import telemetry_ingest_many
 from portal.celery import app
 from tests.telemetry.conftest import batch, sample
 
@@ -56,7 +57,7 @@ def test_drain_takes_at_most_max_batches(fleet, now, telemetry_queue):
 @pytest.mark.django_db(transaction=True)
 def test_failed_drain_requeues_everything(fleet, now, telemetry_queue, monkeypatch):
     from apps.fleet.models import Gpu
-    from apps.telemetry import services
+    from apps.telemetry import drain
 
     uuid = Gpu.objects.filter(node__hostname="h100-a").first().uuid
     telemetry_queue(batch(1, [sample(uuid, now.timestamp())]))
@@ -65,7 +66,7 @@ def test_failed_drain_requeues_everything(fleet, now, telemetry_queue, monkeypat
     def database_down(**kwargs):
         raise ConnectionError("database went away")
 
-    monkeypatch.setattr(services, "telemetry_ingest_many", database_down)
+    monkeypatch.setattr(drain, "telemetry_ingest_many", database_down)
     with pytest.raises(ConnectionError):
         telemetry_drain()
     monkeypatch.undo()

@@ -16,10 +16,10 @@ from django.utils import timezone
 from apps.fleet.choices import NodeStatus
 from apps.fleet.models import Gpu, Node
 from apps.telemetry.choices import IdleKind
+from apps.telemetry.drain import telemetry_drain
 from apps.telemetry.idle import idle_intervals_update
 from apps.telemetry.models import GpuMinuteRollup, GpuSample, IdleInterval
 from apps.telemetry.rollups import rollup_minutes
-from apps.telemetry.services import telemetry_drain
 from apps.telemetry.tasks import poll_fleet
 
 ROOT = Path(__file__).resolve().parents[2]
