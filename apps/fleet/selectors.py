@@ -1,3 +1,5 @@
+from datetime import timedelta
+
 from django.db.models import Count, Prefetch, Q, QuerySet
 from django.utils import timezone
 
@@ -21,12 +23,17 @@ def fleet_overview() -> list[Node]:
     Each GPU carries `open_bookings`, the bookings still to run on it, and each node their
     sum, so an admin sees whom a drain affects before confirming it."""
     now = timezone.now()
+    # Moving a running booking off a GPU cuts its holding there at the next whole minute (where
+    # the replacement starts); such a stub is not an open booking any more.
+    next_minute = now.replace(second=0, microsecond=0) + timedelta(minutes=1)
     gpus = (
         Gpu.objects.filter(mig_parent__isnull=True)
         .select_related("model")
         .prefetch_related("mig_devices")
         .annotate(
-            open_bookings=Count("holdings", filter=Q(holdings__active=True, holdings__end__gt=now))
+            open_bookings=Count(
+                "holdings", filter=Q(holdings__active=True, holdings__end__gt=next_minute)
+            )
         )
     )
     windows = MaintenanceWindow.objects.filter(end__gt=now).order_by("start")

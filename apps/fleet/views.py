@@ -5,6 +5,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.shortcuts import get_object_or_404, redirect, render
+from django.template.defaultfilters import pluralize
 from django.views.decorators.http import require_POST
 
 from apps.fleet import selectors, services
@@ -42,19 +43,41 @@ def _change_state(request, change, target: str, obj, operation: str):
 
 
 def _report_relocation(request, relocation: dict) -> None:
-    """Tell the admin which bookings the change moved and which lost GPUs."""
-    for moved in relocation["moved"]:
-        messages.info(
-            request,
-            f"Reservation #{moved['reservation']} ({moved['team']}) moved from "
-            f"{moved['gpu']} to {moved['moved_to']}.",
-        )
-    for lost in relocation["unresolved"]:
+    """Tell the admin, in one message each, which bookings the change moved and which lost
+    GPUs (a drained node can move dozens; one banner per GPU would bury the page)."""
+    if relocation["moved"]:
+        messages.info(request, _relocation_summary(relocation["moved"], "moved to other GPUs"))
+    if relocation["unresolved"]:
         messages.warning(
             request,
-            f"Reservation #{lost['reservation']} ({lost['team']}) lost {lost['gpu']}: "
-            "no free GPU of its model; the team was told.",
+            _relocation_summary(
+                relocation["unresolved"],
+                "could not move (no free GPU of their model); their teams were told",
+            ),
         )
+
+
+def _relocation_summary(entries: list[dict], outcome: str) -> str:
+    by_reservation: dict[int, dict] = {}
+    for entry in entries:
+        item = by_reservation.setdefault(
+            entry["reservation"], {"team": entry["team"], "gpus": 0, "nodes": set()}
+        )
+        item["gpus"] += 1
+        if "moved_to" in entry:
+            item["nodes"].add(entry["moved_to"].split("/", 1)[0])
+    gpus = len(entries)
+    reservations = len(by_reservation)
+    details = "; ".join(
+        f"#{pk} ({item['team']}, {item['gpus']} GPU{pluralize(item['gpus'])}"
+        + (f" to {', '.join(sorted(item['nodes']))}" if item["nodes"] else "")
+        + ")"
+        for pk, item in sorted(by_reservation.items())
+    )
+    return (
+        f"{gpus} booked GPU{pluralize(gpus)} of {reservations} "
+        f"reservation{pluralize(reservations)} {outcome}: {details}."
+    )
 
 
 @login_required

@@ -514,6 +514,7 @@ def reservations_relocate_off_gpus(
             after={"gpu": entry["moved_to"]},
             reason="GPU taken out of service",
         )
+    _notify_moved(report["moved"])
     for reservation, gpus in lost.values():
         notify_team(
             reservation,
@@ -522,6 +523,28 @@ def reservations_relocate_off_gpus(
             f"free until {reservation.end:%Y-%m-%d %H:%M} UTC. Your booking keeps the rest.\n",
         )
     return report
+
+
+def _notify_moved(moved: list[dict]) -> None:
+    """Tell each moved booking's team where its GPUs are now: one mail per reservation."""
+    by_reservation: dict[int, list[dict]] = {}
+    for entry in moved:
+        by_reservation.setdefault(entry["reservation"], []).append(entry)
+    reservations = Reservation.objects.select_related("created_by", "gpu_model").in_bulk(
+        list(by_reservation)
+    )
+    for pk, entries in by_reservation.items():
+        reservation = reservations[pk]
+        nodes = sorted({entry["moved_to"].split("/", 1)[0] for entry in entries})
+        lines = "".join(f"  {entry['gpu']} -> {entry['moved_to']}\n" for entry in entries)
+        notify_team(
+            reservation,
+            f"GPU reservation #{pk} moved to {', '.join(nodes)}",
+            f"{len(entries)} GPU(s) of your booking #{pk} ({reservation.gpu_model.name}, "
+            f"{reservation.start:%Y-%m-%d %H:%M} - {reservation.end:%Y-%m-%d %H:%M} UTC) left "
+            f"service, so the booking now uses other GPUs of the same model:\n{lines}"
+            "Point your jobs at the new node; the booking's times are unchanged.\n",
+        )
 
 
 def reservation_lifecycle_tick(*, now: datetime | None = None) -> dict[str, int]:
