@@ -6,7 +6,7 @@ from apps.fleet.models import GpuModel
 from apps.jobs.choices import JobPriorityClass, JobStatus
 from apps.reservations.choices import OPEN_STATUSES
 from apps.reservations.models import Reservation
-from apps.teams.models import Team
+from apps.teams.models import Quota, Team
 
 
 def parse_argv(text: str) -> list[str]:
@@ -80,6 +80,21 @@ class JobForm(forms.Form):
         self.fields["reservation"].queryset = Reservation.objects.filter(
             team__in=teams, status__in=OPEN_STATUSES
         ).select_related("team", "gpu_model")
+        if not self.is_bound:
+            self._default_priority(teams)
+
+    def _default_priority(self, teams) -> None:
+        """Default to the guaranteed class when the team the form starts with has a guarantee
+        (jobs within it are never preempted); teams without one get over-quota."""
+        team = teams.filter(slug=self.initial.get("team")).first() or teams.order_by("slug").first()
+        if team is None:
+            return
+        self.initial.setdefault("team", team.slug)
+        guaranteed = Quota.objects.filter(team=team, guaranteed__gt=0).exists()
+        self.initial.setdefault(
+            "priority_class",
+            JobPriorityClass.GUARANTEED if guaranteed else JobPriorityClass.OVER_QUOTA,
+        )
 
     def clean_argv(self):
         return parse_argv(self.cleaned_data["argv"])

@@ -1,3 +1,4 @@
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
@@ -55,7 +56,12 @@ def job_detail_view(request, pk: int):
     return render(
         request,
         "jobs/job_detail.html",
-        {"job": job, "allocations": selectors.current_allocations(job)},
+        {
+            "job": job,
+            "allocations": selectors.current_allocations(job),
+            # How often the page re-reads a waiting or running job.
+            "poll_ms": int(getattr(settings, "JOBS_PAGE_POLL_SECONDS", 5) * 1000),
+        },
     )
 
 
