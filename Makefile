@@ -26,6 +26,8 @@ $(VENV)/.installed-test: pyproject.toml | $(VENV)/bin/python
 	$(PY) -m pip install --quiet -e ".[test]"
 	touch $@ $(VENV)/.installed-runtime
 
+# The portal's settings default to production; the demo opts into development mode.
+demo: export DJANGO_DEBUG := 1
 demo: $(VENV)/.installed-runtime
 	@mkdir -p var
 	$(PY) manage.py migrate --noinput

@@ -5,6 +5,7 @@ import os
 
 os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/portal_bench")
 os.environ.setdefault("API_WRITE_THROTTLE", "1000000/min")
+os.environ.setdefault("DJANGO_DEBUG", "1")  # development settings; DEBUG is switched off below
 
 from portal.settings import *  # noqa: E402,F403
 

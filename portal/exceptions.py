@@ -7,6 +7,7 @@ Services raise `ApplicationError` subclasses (or Django's ValidationError); the 
 from typing import Any
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404
 from rest_framework import exceptions as drf_exceptions
@@ -48,6 +49,15 @@ def _body(code: str, message: str, detail: Any = None) -> dict:
 def api_exception_handler(exc: Exception, context: dict) -> Response | None:
     if isinstance(exc, ApplicationError):
         return Response(_body(exc.code, exc.message, exc.detail), status=exc.status_code)
+    # Raised while DRF reads the body (too large, too many fields); Django would answer an
+    # HTML page. RequestLimitsMiddleware catches most by Content-Length before this.
+    if isinstance(exc, RequestDataTooBig):
+        return Response(
+            _body("too_large", "The request body is too large."),
+            status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
+        )
+    if isinstance(exc, SuspiciousOperation):
+        return Response(_body("invalid", "The request was refused: " + str(exc)), status=400)
     if isinstance(exc, DjangoValidationError):
         detail = (
             exc.message_dict if hasattr(exc, "error_dict") else {"non_field_errors": exc.messages}

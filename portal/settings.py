@@ -4,12 +4,15 @@ All variables are listed in `.env.example` and the README. Defaults give the emb
 (SQLite under var/, filesystem broker); production sets DATABASE_URL, REDIS_URL and a secret.
 """
 
+from datetime import timedelta
 from pathlib import Path
 
 import environ
 import plotly
 from celery.schedules import crontab
 from django.core.exceptions import ImproperlyConfigured
+
+from portal.secret_key import secret_key_problem
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = BASE_DIR / "var"
@@ -20,7 +23,8 @@ environ.Env.read_env(BASE_DIR / ".env", overwrite=False)
 
 DEV_SECRET_KEY = "dev-only-insecure-secret-key-change-me"  # noqa: S105 - refused when DEBUG is off
 
-DEBUG = env.bool("DJANGO_DEBUG", default=True)
+# Production is the default: development (the demo, the test suite) opts in with DJANGO_DEBUG=1.
+DEBUG = env.bool("DJANGO_DEBUG", default=False)
 SECRET_KEY = env.str("DJANGO_SECRET_KEY", default=DEV_SECRET_KEY)
 ALLOWED_HOSTS = env.list(
     "DJANGO_ALLOWED_HOSTS", default=["localhost", "127.0.0.1", "[::1]"] if DEBUG else []
@@ -28,17 +32,30 @@ ALLOWED_HOSTS = env.list(
 CSRF_TRUSTED_ORIGINS = env.list("DJANGO_CSRF_TRUSTED_ORIGINS", default=[])
 
 if not DEBUG:
-    if SECRET_KEY == DEV_SECRET_KEY or len(SECRET_KEY) < 32:
+    secret_problem = secret_key_problem(SECRET_KEY, dev_key=DEV_SECRET_KEY)
+    if secret_problem:
         raise ImproperlyConfigured(
-            "DJANGO_SECRET_KEY must be set to a random value of 32+ characters when DJANGO_DEBUG=0."
+            f"DJANGO_SECRET_KEY must be set to a random value when DJANGO_DEBUG=0: {secret_problem}"
+            ' Generate one with: python3 -c "import secrets; print(secrets.token_urlsafe(50))"'
+            " (for local development set DJANGO_DEBUG=1)."
         )
     if not ALLOWED_HOSTS:
         raise ImproperlyConfigured("DJANGO_ALLOWED_HOSTS must be set when DJANGO_DEBUG=0.")
     SESSION_COOKIE_SECURE = True
     CSRF_COOKIE_SECURE = True
-    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    # Behind a TLS-terminating proxy the proxy's X-Forwarded-Proto tells Django the request came
+    # over HTTPS; set DJANGO_SECURE_PROXY_SSL_HEADER= (empty) when no proxy sets that header.
+    proxy_ssl_header = env.str("DJANGO_SECURE_PROXY_SSL_HEADER", default="HTTP_X_FORWARDED_PROTO")
+    if proxy_ssl_header:
+        SECURE_PROXY_SSL_HEADER = (proxy_ssl_header, "https")
+    # Plain HTTP is redirected to HTTPS, except the probes that orchestrators and Prometheus
+    # send on the internal network. Turn off (0) where the proxy already redirects.
+    SECURE_SSL_REDIRECT = env.bool("DJANGO_SECURE_SSL_REDIRECT", default=True)
+    SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^metrics$"]
     SECURE_CONTENT_TYPE_NOSNIFF = True
-    SECURE_HSTS_SECONDS = env.int("DJANGO_HSTS_SECONDS", default=0)
+    SECURE_HSTS_SECONDS = env.int("DJANGO_HSTS_SECONDS", default=365 * 24 * 3600)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("DJANGO_HSTS_INCLUDE_SUBDOMAINS", default=False)
+    SECURE_HSTS_PRELOAD = env.bool("DJANGO_HSTS_PRELOAD", default=False)
 
 SESSION_COOKIE_HTTPONLY = True
 X_FRAME_OPTIONS = "DENY"
@@ -56,6 +73,10 @@ INSTALLED_APPS = [
     "django_filters",
     "drf_spectacular",
     "drf_spectacular_sidecar",
+    "axes",
+    "csp",
+    "portal.apps.PortalConfig",
+    "apps.outbox",
     "apps.teams",
     "apps.fleet",
     "apps.audit",
@@ -68,6 +89,9 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Before anything reads the request: NUL bytes and oversized bodies get a clear 400/413.
+    "portal.request_limits.RequestLimitsMiddleware",
+    "csp.middleware.CSPMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -75,6 +99,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last, so it sees the lockout a failed login raises in the view.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "portal.urls"
@@ -92,6 +118,8 @@ TEMPLATES = [
                 "django.contrib.messages.context_processors.messages",
                 "apps.teams.context_processors.roles",
             ],
+            # One rule for times, durations, counts and money on every page (no {% load %}).
+            "builtins": ["portal.formatting"],
         },
     },
 ]
@@ -117,6 +145,79 @@ AUTH_PASSWORD_VALIDATORS = [
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
+
+# --- Login throttling (django-axes) ---------------------------------------------------------
+# A username that fails LOGIN_FAILURE_LIMIT times from one address is locked out there for
+# LOGIN_LOCKOUT_MINUTES (the right password is refused too, with a message); the same user
+# elsewhere and other users at that address are not. Each lockout is an audit event.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env.int("LOGIN_FAILURE_LIMIT", default=10)
+AXES_COOLOFF_TIME = timedelta(minutes=env.int("LOGIN_LOCKOUT_MINUTES", default=15))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_CALLABLE = "portal.login_lockout.lockout_response"
+# Keep the attempts table small: successful logins are not logged (the session table has them).
+AXES_DISABLE_ACCESS_LOG = True
+AXES_VERBOSE = False
+# Client addresses (lockouts, throttles): REMOTE_ADDR, unless DJANGO_TRUSTED_PROXIES says how many
+# proxies in front append to X-Forwarded-For; then the address the outermost one saw counts.
+TRUSTED_PROXIES = env.int("DJANGO_TRUSTED_PROXIES", default=0)
+if TRUSTED_PROXIES:
+    AXES_IPWARE_PROXY_COUNT = TRUSTED_PROXIES
+    AXES_IPWARE_META_PRECEDENCE_ORDER = ("HTTP_X_FORWARDED_FOR", "REMOTE_ADDR")
+else:
+    AXES_IPWARE_META_PRECEDENCE_ORDER = ("REMOTE_ADDR",)
+# Failed API token attempts per client address (e.g. 20/min); over it every token is refused
+# with 429 until the window passes.
+API_TOKEN_FAILURE_THROTTLE = env.str("API_TOKEN_FAILURE_THROTTLE", default="20/min")
+
+# --- Cache ----------------------------------------------------------------------------------
+# Throttles and login lockouts count in the cache, so every web process must share it: Redis
+# when REDIS_URL is set (production), a per-process memory cache for the embedded demo.
+REDIS_URL = env.str("REDIS_URL", default="")
+CACHES = {
+    "default": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": REDIS_URL,
+        "KEY_PREFIX": "portal",
+    }
+    if REDIS_URL
+    else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
+}
+
+# --- Content Security Policy (django-csp) ---------------------------------------------------
+# Every script and stylesheet is a static file of the portal (plotly.js included); figures and
+# settings reach pages as JSON data blocks, never inline code. Plotly sets style attributes and
+# inserts <style> rules while drawing, hence 'unsafe-inline' for styles (not for scripts).
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'", "'unsafe-inline'"],
+        "img-src": ["'self'", "data:", "blob:"],
+        "font-src": ["'self'", "data:"],
+        "connect-src": ["'self'"],
+        "object-src": ["'none'"],
+        "base-uri": ["'self'"],
+        "form-action": ["'self'"],
+        "frame-ancestors": ["'none'"],
+    }
+}
+
+# --- Who may read /metrics and the API schema and docs --------------------------------------
+# Both need a login (or an API token) unless opened here. Prometheus scrapes /metrics with
+# `Authorization: Bearer <METRICS_TOKEN>`.
+METRICS_PUBLIC = env.bool("METRICS_PUBLIC", default=False)
+METRICS_TOKEN = env.str("METRICS_TOKEN", default="")
+API_DOCS_PUBLIC = env.bool("API_DOCS_PUBLIC", default=False)
+
+# --- Request limits -------------------------------------------------------------------------
+# Bodies over this answer 413 (API: in the error envelope); JSON nested deeper is refused (400).
+DATA_UPLOAD_MAX_MEMORY_SIZE = env.int("DATA_UPLOAD_MAX_MEMORY_SIZE", default=2_621_440)
+API_JSON_MAX_DEPTH = env.int("API_JSON_MAX_DEPTH", default=32)
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = env.str("PORTAL_TIME_ZONE", default="UTC")
@@ -144,7 +245,7 @@ DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="gpu-portal@localhost
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         # Token first: its WWW-Authenticate header makes anonymous API calls 401, not 403.
-        "rest_framework.authentication.TokenAuthentication",
+        "portal.authentication.ThrottledTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
@@ -156,8 +257,14 @@ REST_FRAMEWORK = {
     "PAGE_SIZE": 50,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "portal.exceptions.api_exception_handler",
+    "DEFAULT_PARSER_CLASSES": [
+        "portal.parsers.BoundedJSONParser",
+        "portal.parsers.NulFreeFormParser",
+        "portal.parsers.NulFreeMultiPartParser",
+    ],
     "DEFAULT_THROTTLE_CLASSES": ["portal.throttling.WriteRateThrottle"],
     "DEFAULT_THROTTLE_RATES": {"writes": env.str("API_WRITE_THROTTLE", default="600/min")},
+    "NUM_PROXIES": TRUSTED_PROXIES,
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
 }
 SPECTACULAR_SETTINGS = {
@@ -169,10 +276,10 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    "SERVE_PERMISSIONS": ["portal.permissions.ApiDocsAccess"],
 }
 
 # --- Celery ---------------------------------------------------------------------------------
-REDIS_URL = env.str("REDIS_URL", default="")
 CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default=REDIS_URL or "filesystem://")
 FILESYSTEM_BROKER_DIR = VAR_DIR / "broker"
 CELERY_BROKER_TRANSPORT_OPTIONS = (
@@ -201,6 +308,16 @@ CELERY_TASK_TIME_LIMIT = 300
 CELERY_TASK_SOFT_TIME_LIMIT = 240
 CELERY_TIMEZONE = "UTC"
 CELERY_BEAT_SCHEDULE: dict = {}
+
+# Transactional outbox (apps/outbox): kills, launches and notices survive a broker outage.
+OUTBOX_FLUSH_SECONDS = env.float("OUTBOX_FLUSH_SECONDS", default=5.0)
+OUTBOX_KEEP_SENT_DAYS = env.int("OUTBOX_KEEP_SENT_DAYS", default=7)
+CELERY_BEAT_SCHEDULE["outbox-flush"] = {
+    "task": "outbox.flush",
+    "schedule": OUTBOX_FLUSH_SECONDS,
+    "options": {"expires": OUTBOX_FLUSH_SECONDS},
+}
+CELERY_BEAT_SCHEDULE["outbox-prune"] = {"task": "outbox.prune", "schedule": 3600.0}
 
 # --- Portal policy --------------------------------------------------------------------------
 NVML_BACKEND = env.str("NVML_BACKEND", default="simulated")
@@ -242,6 +359,9 @@ IDLE_NO_SHOW_MINUTES = env.int("IDLE_NO_SHOW_MINUTES", default=30)
 TELEMETRY_QUEUE = env.str("TELEMETRY_QUEUE", default="telemetry")
 TELEMETRY_DRAIN_SECONDS = env.float("TELEMETRY_DRAIN_SECONDS", default=2.0)
 TELEMETRY_DRAIN_MAX_BATCHES = env.int("TELEMETRY_DRAIN_MAX_BATCHES", default=2000)
+# A drain registered longer ago than this is dead (its task's hard limit is 60 s): its messages
+# go back to the queue. Must stay above that limit.
+TELEMETRY_DRAIN_RECOVERY_SECONDS = env.int("TELEMETRY_DRAIN_RECOVERY_SECONDS", default=90)
 CELERY_BEAT_SCHEDULE.update(
     {
         "telemetry-drain": {

@@ -6,6 +6,7 @@ Tests run on PostgreSQL (TEST_DATABASE_URL) and Redis (REDIS_URL), as production
 
 import os
 
+# Production is the settings' default; the suite (and the processes it starts) develop.
 os.environ.setdefault("DJANGO_DEBUG", "1")
 
 from portal.settings import *  # noqa: E402,F403
@@ -21,8 +22,10 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+# Fast and per process; tests/portal/test_shared_throttle.py runs web workers on Redis.
 CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 STORAGES["staticfiles"] = {  # noqa: F405
     "BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"
 }
 REST_FRAMEWORK = {**REST_FRAMEWORK, "DEFAULT_THROTTLE_RATES": {"writes": "100000/min"}}  # noqa: F405
+API_TOKEN_FAILURE_THROTTLE = "100000/min"  # noqa: S105 - a rate, not a secret

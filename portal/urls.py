@@ -1,7 +1,7 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 from rest_framework.routers import DefaultRouter
 
 from apps.fleet.api import GpuViewSet, MaintenanceWindowViewSet, NodeViewSet
@@ -50,7 +50,8 @@ urlpatterns = [
     path("api/v1/", include("apps.dashboards.api_urls")),
     path("api/v1/", include(router.urls)),
     path("api/v1/schema/", SpectacularAPIView.as_view(), name="schema"),
-    path("api/v1/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),
+    # The split view serves Swagger UI's settings as a script file, not inline (CSP).
+    path("api/v1/docs/", SpectacularSwaggerSplitView.as_view(url_name="schema"), name="swagger-ui"),
     path("healthz", views.healthz_view, name="healthz"),
     path("metrics", views.metrics_view, name="metrics"),
 ]

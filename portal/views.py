@@ -11,6 +11,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from apps.fleet.selectors import fleet_summary
 from portal.celery import app as celery_app
+from portal.permissions import metrics_allowed
 
 logger = logging.getLogger(__name__)
 
@@ -91,20 +92,35 @@ class TelemetryCollector:
         duplicate = CounterMetricFamily(
             "portal_telemetry_batches_duplicate", "Telemetry batches delivered again and skipped."
         )
+        dead_letters = CounterMetricFamily(
+            "portal_telemetry_dead_letters",
+            "Telemetry messages that could not be stored, parked for admins (admin site).",
+            labels=["reason"],
+        )
         live = IngestBatch.objects.aggregate(n=Sum("stored"))["n"] or 0
         totals = {"samples_stored_archived": 0, "batches_duplicate": 0}
         for name, reason, value in TelemetryCounter.objects.values_list("name", "reason", "value"):
             if name == "samples_rejected":
                 rejected.add_metric([reason], value)
+            elif name == "dead_letters":
+                dead_letters.add_metric([reason], value)
             elif name in totals:
                 totals[name] += value
         stored.add_metric([], live + totals["samples_stored_archived"])
         duplicate.add_metric([], totals["batches_duplicate"])
-        yield from (stored, rejected, duplicate)
+        yield from (stored, rejected, duplicate, dead_letters)
 
 
 @never_cache
 def metrics_view(request):
+    if not metrics_allowed(request):
+        response = HttpResponse(
+            "Log in, or send Authorization: Bearer <METRICS_TOKEN>.\n",
+            status=401,
+            content_type="text/plain; charset=utf-8",
+        )
+        response["WWW-Authenticate"] = 'Bearer realm="metrics"'
+        return response
     registry = CollectorRegistry()
     registry.register(FleetCollector())
     registry.register(TelemetryCollector())

@@ -29,10 +29,11 @@ import schemathesis
 from django.conf import settings as django_settings
 from django.core.signals import request_finished, request_started
 from django.db import close_old_connections, transaction
+from django.test import override_settings
 from django.urls import Resolver404, resolve
 from django.utils import timezone
 from drf_spectacular.generators import EndpointEnumerator
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 from rest_framework.authtoken.models import Token
 from schemathesis.checks import not_a_server_error
 from schemathesis.config import SchemathesisConfig
@@ -60,7 +61,10 @@ ANONYMOUS_EXAMPLES = 10
 
 def _load_schema(*, coverage_phase: bool):
     config = SchemathesisConfig.from_dict({"phases": {"coverage": {"enabled": coverage_phase}}})
-    return schemathesis.openapi.from_wsgi(SCHEMA_PATH, application, config=config)
+    # The schema needs a login by default; opening it here (before any database exists) is
+    # the documented API_DOCS_PUBLIC switch, read per request.
+    with override_settings(API_DOCS_PUBLIC=True):
+        return schemathesis.openapi.from_wsgi(SCHEMA_PATH, application, config=config)
 
 
 member_schema = _load_schema(coverage_phase=True)
@@ -348,3 +352,69 @@ def test_anonymous_is_refused_everywhere(case, seeded):
             f"{response.text[:500]}"
         )
         assert set(response.json()) == ERROR_ENVELOPE, response.text[:500]
+
+
+# --- inputs no generator sends: NUL bytes, deep nesting ---------------------------------------
+#
+# PostgreSQL text cannot hold NUL (a filter on it raises DataError) and Python's json recurses
+# per nesting level (RecursionError): both were 500s. Every operation gets them here, through
+# the same generated cases, and must refuse them as the client's mistake.
+
+NUL = "\x00"
+NUL_QUERY = {"team": f"vision{NUL}", "gpu_model": f"H100{NUL}-SXM-80GB"}
+DEEP_JSON = ("[" * 50_000 + "]" * 50_000).encode()
+BODY_METHODS = ("POST", "PUT", "PATCH")
+
+
+def _with_nul(value):
+    return f"{value}{NUL}x" if isinstance(value, str) else value
+
+
+def _assert_refused_in_envelope(case, response, statuses) -> None:
+    assert response.status_code in statuses, (
+        f"{case.operation.label} answered {response.status_code}: {response.text[:500]}"
+    )
+    if _reaches_operation(response) or response.status_code == 400:
+        body = response.json()
+        assert isinstance(body, dict) and set(body) == ERROR_ENVELOPE, response.text[:500]
+
+
+@member_schema.parametrize()
+@settings(max_examples=3, phases=[Phase.generate], **FUZZ_SETTINGS)
+def test_nul_bytes_in_query_parameters_are_400_everywhere(case, seeded):
+    _steer(case, seeded)
+    query = {name: _with_nul(value) for name, value in (case.query or {}).items()}
+    case.query = {**query, **NUL_QUERY}
+    headers = {"Authorization": f"Token {seeded['token']}"}
+    response = _call_in_savepoint(case, headers=headers)
+    _assert_refused_in_envelope(case, response, {400})
+    assert "Null characters" in response.json()["message"]
+
+
+@member_schema.parametrize()
+@settings(max_examples=3, phases=[Phase.generate], **FUZZ_SETTINGS)
+def test_nul_bytes_in_json_bodies_get_no_server_error(case, seeded):
+    if case.method.upper() not in BODY_METHODS or not isinstance(case.body, dict):
+        return
+    _steer(case, seeded)
+    case.body = {name: _with_nul(value) for name, value in case.body.items()}
+    headers = {"Authorization": f"Token {seeded['token']}"}
+    response = _call_in_savepoint(case, headers=headers)
+    case.validate_response(response, checks=[not_a_server_error], headers=headers)
+    if response.status_code >= 400:
+        _assert_refused_in_envelope(case, response, UNDOCUMENTED_REFUSALS)
+
+
+@member_schema.parametrize()
+@settings(max_examples=1, phases=[Phase.generate], **FUZZ_SETTINGS)
+def test_deeply_nested_json_bodies_get_no_server_error(case, seeded):
+    if case.method.upper() not in BODY_METHODS:
+        return
+    _steer(case, seeded)
+    headers = {"Authorization": f"Token {seeded['token']}", "Content-Type": "application/json"}
+    response = _call_in_savepoint(case, headers=headers, data=DEEP_JSON)
+    case.validate_response(response, checks=[not_a_server_error], headers=headers)
+    # Views that read no body may succeed; any refusal is in the envelope, and a view that
+    # parses the body refuses the nesting itself (400 parse_error).
+    if response.status_code >= 400:
+        _assert_refused_in_envelope(case, response, UNDOCUMENTED_REFUSALS)

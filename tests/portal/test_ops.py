@@ -1,16 +1,19 @@
 import os
 import re
+import secrets
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from django.test import override_settings
+from rest_framework.authtoken.models import Token
 
 from apps.fleet.choices import GpuStatus
 from apps.fleet.models import Gpu
 
 ROOT = Path(__file__).resolve().parents[2]
+RANDOM_KEY = secrets.token_urlsafe(50)
 
 
 @pytest.mark.django_db
@@ -37,9 +40,11 @@ def test_healthz_is_503_and_names_the_broker_when_it_is_down(client):
 
 
 @pytest.mark.django_db
+@override_settings(METRICS_TOKEN="scrape-token-for-tests")
 def test_metrics_exposes_fleet_gauges_in_prometheus_format(client, fleet):
     Gpu.objects.filter(uuid="GPU-l40s-a-0").update(status=GpuStatus.DRAINED)
-    response = client.get("/metrics")
+    response = client.get("/metrics", HTTP_AUTHORIZATION="Bearer scrape-token-for-tests")
+    assert response.status_code == 200
     assert response["Content-Type"].startswith("text/plain")
     text = response.content.decode()
     assert 'portal_nodes{status="up"} 3.0' in text
@@ -55,6 +60,53 @@ def test_api_schema_and_offline_swagger_ui(client, member):
     docs = client.get("/api/v1/docs/").content.decode()
     assert "swagger-ui" in docs
     assert not re.search(r'(src|href)="(https?:)?//', docs)  # nothing loaded from a CDN
+
+
+@pytest.mark.django_db
+@override_settings(METRICS_TOKEN="scrape-token-for-tests", METRICS_PUBLIC=False)
+def test_metrics_needs_a_login_or_the_bearer_token(client, member):
+    refused = client.get("/metrics")
+    assert refused.status_code == 401
+    assert refused["WWW-Authenticate"].startswith("Bearer")
+    assert b"portal_nodes" not in refused.content
+    wrong = client.get("/metrics", HTTP_AUTHORIZATION="Bearer scrape-token-for-tests-not")
+    assert wrong.status_code == 401
+    assert (
+        client.get("/metrics", HTTP_AUTHORIZATION="Token scrape-token-for-tests").status_code == 401
+    )
+    client.force_login(member)
+    assert b"portal_nodes" in client.get("/metrics").content
+
+
+@pytest.mark.django_db
+@override_settings(METRICS_TOKEN="", METRICS_PUBLIC=False)
+def test_metrics_without_a_configured_token_refuses_every_bearer(client):
+    assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer ").status_code == 401
+
+
+@pytest.mark.django_db
+@override_settings(METRICS_PUBLIC=True)
+def test_metrics_public_setting_opens_metrics(client):
+    assert b"portal_nodes" in client.get("/metrics").content
+
+
+@pytest.mark.django_db
+@override_settings(API_DOCS_PUBLIC=False)
+def test_api_schema_and_docs_need_a_login_or_a_token(client, member):
+    for url in ("/api/v1/schema/", "/api/v1/docs/", "/api/v1/docs/?script="):
+        response = client.get(url)
+        assert response.status_code in (401, 403), url
+        assert b"openapi" not in response.content
+    token = Token.objects.create(user=member).key
+    schema = client.get("/api/v1/schema/?format=json", HTTP_AUTHORIZATION=f"Token {token}")
+    assert schema.status_code == 200 and "/api/v1/gpus/" in schema.json()["paths"]
+
+
+@pytest.mark.django_db
+@override_settings(API_DOCS_PUBLIC=True)
+def test_api_docs_public_setting_opens_schema_and_docs(client):
+    assert client.get("/api/v1/schema/?format=json").json()["openapi"].startswith("3.")
+    assert b"swagger-ui" in client.get("/api/v1/docs/").content
 
 
 def _import_settings(env: dict) -> subprocess.CompletedProcess:
@@ -76,14 +128,14 @@ def test_production_refuses_dev_secret_key():
 
 
 def test_production_refuses_empty_allowed_hosts():
-    result = _import_settings({"DJANGO_DEBUG": "0", "DJANGO_SECRET_KEY": "x" * 50})
+    result = _import_settings({"DJANGO_DEBUG": "0", "DJANGO_SECRET_KEY": RANDOM_KEY})
     assert result.returncode != 0
     assert "DJANGO_ALLOWED_HOSTS must be set" in result.stderr
 
 
 def test_production_settings_use_secure_cookies():
     result = _import_settings(
-        {"DJANGO_DEBUG": "0", "DJANGO_SECRET_KEY": "x" * 50, "DJANGO_ALLOWED_HOSTS": "a.example"}
+        {"DJANGO_DEBUG": "0", "DJANGO_SECRET_KEY": RANDOM_KEY, "DJANGO_ALLOWED_HOSTS": "a.example"}
     )
     assert result.returncode == 0, result.stderr
     check = subprocess.run(
@@ -99,7 +151,7 @@ def test_production_settings_use_secure_cookies():
         env={
             **os.environ,
             "DJANGO_DEBUG": "0",
-            "DJANGO_SECRET_KEY": "x" * 50,
+            "DJANGO_SECRET_KEY": RANDOM_KEY,
             "DJANGO_ALLOWED_HOSTS": "a.example",
         },
     )

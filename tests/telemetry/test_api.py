@@ -91,7 +91,10 @@ def test_metrics_count_stored_and_rejected_samples(client, fleet, now):
     uuid = Gpu.objects.filter(node__hostname="h100-a").first().uuid
     telemetry_ingest(batch=batch(1, [sample(uuid, now.timestamp()), {"uuid": "GPU-x", "ts": 1}]))
     telemetry_ingest(batch=batch(1, [sample(uuid, now.timestamp())]))
-    text = client.get("/metrics").content.decode()
+    from django.test import override_settings
+
+    with override_settings(METRICS_PUBLIC=True):  # /metrics needs a login by default
+        text = client.get("/metrics").content.decode()
     assert "portal_telemetry_samples_stored_total 1.0" in text, text[-900:]
     assert 'portal_telemetry_samples_rejected_total{reason="unknown_gpu"} 1.0' in text
     assert "portal_telemetry_batches_duplicate_total 1.0" in text

@@ -1,0 +1,53 @@
+"""Atomic request counters in the shared cache, for throttles that hold across web processes.
+
+DRF's SimpleRateThrottle reads a history list, appends and writes it back: two processes
+racing on one key both pass. Here each window is one counter that the cache increments
+atomically (Redis INCR), so N concurrent requests across any number of workers let exactly
+`limit` through.
+"""
+
+import time
+from dataclasses import dataclass
+
+from django.core.cache import cache
+
+PERIODS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+@dataclass(frozen=True)
+class Rate:
+    limit: int
+    seconds: int
+
+    @classmethod
+    def parse(cls, rate: str) -> "Rate":
+        """'600/min', '20/m', '5/hour', '1000/day' (DRF's notation)."""
+        count, period = rate.split("/")
+        return cls(limit=int(count), seconds=PERIODS[period.strip()[0]])
+
+
+def window(key: str, rate: Rate, *, now: float | None = None) -> tuple[str, float]:
+    """The counter's key for the current fixed window and the seconds until it ends."""
+    now = time.time() if now is None else now
+    index = int(now // rate.seconds)
+    return f"{key}:{index}", (index + 1) * rate.seconds - now
+
+
+def hit(key: str, rate: Rate) -> tuple[bool, float]:
+    """Count one request against `key`; (allowed, seconds until the window ends)."""
+    counter, remaining = window(key, rate)
+    # add() is a no-op when the key exists; the timeout outlives the window so a slow request
+    # cannot find its counter gone between add and incr.
+    cache.add(counter, 0, timeout=rate.seconds + 5)
+    try:
+        count = cache.incr(counter)
+    except ValueError:  # evicted between add and incr
+        cache.add(counter, 1, timeout=rate.seconds + 5)
+        count = 1
+    return count <= rate.limit, remaining
+
+
+def exceeded(key: str, rate: Rate) -> tuple[bool, float]:
+    """Whether `key` has used up the current window, without counting."""
+    counter, remaining = window(key, rate)
+    return (cache.get(counter) or 0) >= rate.limit, remaining
