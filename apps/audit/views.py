@@ -3,7 +3,7 @@ from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.shortcuts import render
 
-from apps.audit.selectors import audit_event_list, audit_filter_choices
+from apps.audit.selectors import audit_event_list, audit_filter_choices, field_changes
 from apps.teams.permissions import is_platform_admin
 
 
@@ -16,6 +16,8 @@ def audit_event_list_view(request):
         for key in ("action", "object_type", "actor", "object_id")
     }
     page = Paginator(audit_event_list(**filters), 50).get_page(request.GET.get("page"))
+    for event in page:
+        event.changes = field_changes(event.before, event.after)
     query = request.GET.copy()
     query.pop("page", None)
     return render(

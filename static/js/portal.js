@@ -6,12 +6,32 @@ document.addEventListener("submit", (event) => {
   }
 });
 
-// Show <time datetime> values in the reader's own time zone (the server renders UTC).
+// One time rule (see portal/formatting.py): every <time datetime> reads "Dec 4, 2026, 04:00 EST",
+// in the reader's own zone and naming it; the server wrote the same format in its own zone.
+const portalTime = (() => {
+  const parts = new Intl.DateTimeFormat("en-US", {
+    year: "numeric", month: "short", day: "numeric",
+    hour: "2-digit", minute: "2-digit", hourCycle: "h23", timeZoneName: "short",
+  });
+  const format = (moment, style) => {
+    const p = {};
+    parts.formatToParts(moment).forEach((part) => { p[part.type] = part.value; });
+    const date = `${p.month} ${p.day}, ${p.year}`;
+    const clock = `${p.hour}:${p.minute} ${p.timeZoneName}`;
+    if (style === "date") return date;
+    if (style === "time") return clock;
+    return `${date}, ${clock}`;
+  };
+  const zoneName = () => format(new Date(), "time").split(" ").slice(1).join(" ");
+  return { format, zoneName };
+})();
+window.portalTime = portalTime;
+
 document.querySelectorAll("time[datetime]").forEach((el) => {
   const moment = new Date(el.getAttribute("datetime"));
   if (!Number.isNaN(moment.getTime())) {
     el.title = el.textContent;
-    el.textContent = moment.toLocaleString([], { dateStyle: "medium", timeStyle: "short" });
+    el.textContent = portalTime.format(moment, el.dataset.style || "datetime");
   }
 });
 

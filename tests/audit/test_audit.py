@@ -1,6 +1,9 @@
+import re
+
 import pytest
 
 from apps.audit.models import AuditEvent
+from apps.audit.selectors import FieldChange, audit_filter_choices, field_changes
 from apps.audit.services import audit_record
 from apps.fleet.models import GpuModel
 from apps.teams.models import Team
@@ -74,3 +77,63 @@ def test_audit_events_cannot_be_edited_in_django_admin(client, platform_admin, t
     client.force_login(platform_admin)
     client.post(f"/admin/audit/auditevent/{event.pk}/delete/", {"post": "yes"})
     assert AuditEvent.objects.filter(pk=event.pk).exists()
+
+
+def test_audit_filter_menus_list_each_value_once(client, platform_admin, team):
+    # Many events of the same action: the menus must still list it once (the model's default
+    # ordering used to leak into SELECT DISTINCT and repeat it per event).
+    for i in range(12):
+        audit_record(actor=platform_admin, action="quota.change", target=team, after={"limit": i})
+    for _ in range(9):
+        audit_record(actor=None, action="node.drain", target=team)
+    client.force_login(platform_admin)
+    html = client.get("/audit/").content.decode()
+    assert html.count('<option value="quota.change"') == 1
+    assert html.count('<option value="node.drain"') == 1
+    assert html.count('<option value="teams.team"') == 1
+    assert html.count('<option value="root-admin"') == 1
+    assert html.count('<option value="system"') == 1
+    choices = audit_filter_choices()
+    assert choices["actions"] == ["node.drain", "quota.change"]
+    assert choices["actors"] == ["root-admin", "system"]
+
+
+def test_field_changes_lists_changed_fields_only():
+    changes = field_changes(
+        {"guaranteed": 2, "limit": 4, "gpu_model": "H100", "note": None},
+        {"guaranteed": 2, "limit": 8, "gpu_model": "H100", "note": "burst", "active": True},
+    )
+    assert changes == [
+        FieldChange("limit", "4", "8"),
+        FieldChange("note", "—", "burst"),
+        FieldChange("active", "—", "yes"),
+    ]
+
+
+def test_field_changes_of_creation_deletion_and_nothing():
+    assert field_changes(None, {"slug": "audio"}) == [FieldChange("slug", "—", "audio")]
+    assert field_changes({"slug": "audio"}, None) == [FieldChange("slug", "audio", "—")]
+    assert field_changes(None, None) == []
+    assert field_changes({"tags": ["a"]}, {"tags": ["a", "b"]}) == [
+        FieldChange("tags", '["a"]', '["a", "b"]')
+    ]
+
+
+def test_audit_page_shows_a_field_diff_not_python_dicts(client, platform_admin, team):
+    audit_record(
+        actor=platform_admin,
+        action="quota.change",
+        target=team,
+        before={"guaranteed": 2, "limit": 4},
+        after={"guaranteed": 2, "limit": 6},
+    )
+    client.force_login(platform_admin)
+    html = client.get("/audit/").content.decode()
+    assert "{&#x27;" not in html and "{'" not in html  # no raw dict repr
+    row = re.search(r'<tr data-field="limit">(.*?)</tr>', html, re.S)
+    assert row is not None
+    assert re.findall(r'<td class="(before|after)">([^<]*)</td>', row.group(1)) == [
+        ("before", "4"),
+        ("after", "6"),
+    ]
+    assert 'data-field="guaranteed"' not in html  # unchanged fields are left out
