@@ -1,6 +1,8 @@
-"""Demo telemetry for the dashboards: 30 days of hour rollups, the last 6 hours of minute rollups,
-idle intervals and a latest sample per GPU, consistent with the bookings already in the
-database (a GPU is held by the team whose booking covers the hour).
+"""Demo telemetry for the dashboards: 30 days of hour rollups, the last 25 hours of minute
+rollups, idle intervals and a latest sample per GPU, consistent with the bookings already in the
+database (a GPU is held by the team whose booking covers the hour). The minute rollups of a
+whole hour agree with its hour rollup, so the 24-hour charts (minute rollups) and the longer
+ones (hour rollups) show the same busy GPUs for the same hours.
 
 Called by `manage.py seed_demo`; does nothing on a database that already has hour rollups.
 """
@@ -18,7 +20,8 @@ from apps.telemetry.choices import IdleKind
 from apps.telemetry.models import GpuHourRollup, GpuMinuteRollup, GpuSample, IdleInterval
 
 HISTORY_DAYS = 30
-MINUTE_HOURS = 6
+# The 24-hour charts read minute rollups: cover all of them, and the hour before.
+MINUTE_HOURS = 25
 BATCH = 5000
 
 
@@ -42,6 +45,27 @@ def _holder(lookup, gpu_id: int, at: datetime) -> int | None:
     return None
 
 
+def _minutes_of_hour(gpu, hour: datetime, team_id, util: float, busy: bool, rng) -> list:
+    """Sixty minute rollups whose sums and averages are the hour's."""
+    rows = []
+    for minute in range(60):
+        level = max(0.0, min(100.0, util + rng.uniform(-2, 2)))
+        rows.append(
+            GpuMinuteRollup(
+                gpu=gpu,
+                bucket=hour + timedelta(minutes=minute),
+                team_id=team_id,
+                samples=6,
+                util_avg=level,
+                util_max=min(100, int(level + 3)),
+                power_avg_w=450 * level / 100 + 70,
+                energy_j=(450 * level / 100 + 70) * 60,
+                busy_seconds=60.0 if busy else 0.0,
+            )
+        )
+    return rows
+
+
 def seed_dashboard_history(*, now: datetime | None = None, days: int = HISTORY_DAYS) -> int:
     """Write the demo history; returns the number of hour rollups written."""
     if GpuHourRollup.objects.exists():
@@ -53,7 +77,7 @@ def seed_dashboard_history(*, now: datetime | None = None, days: int = HISTORY_D
     gpus = list(Gpu.objects.filter(mig_parent__isnull=True).order_by("id"))
     lookup = _holder_lookup(first)
     hours, minutes, idle = [], [], []
-    minute_start = now.replace(second=0, microsecond=0) - timedelta(hours=MINUTE_HOURS)
+    minute_start = this_hour - timedelta(hours=MINUTE_HOURS)
     for gpu in gpus:
         # Some GPUs are busier than others; held GPUs sit idle now and then (notebooks).
         diligence = rng.uniform(0.55, 0.95)
@@ -78,6 +102,8 @@ def seed_dashboard_history(*, now: datetime | None = None, days: int = HISTORY_D
                     busy_seconds=3600.0 if busy else 0.0,
                 )
             )
+            if t >= minute_start:
+                minutes += _minutes_of_hour(gpu, t, team_id, util, busy, rng)
             kind = None if busy else (IdleKind.HELD_IDLE if team_id else IdleKind.UNALLOCATED)
             if run and (run[0], run[1]) != (kind, team_id):
                 idle.append(IdleInterval(gpu=gpu, kind=run[0], team_id=run[1], start=run[2], end=t))
@@ -89,7 +115,7 @@ def seed_dashboard_history(*, now: datetime | None = None, days: int = HISTORY_D
             idle.append(
                 IdleInterval(gpu=gpu, kind=run[0], team_id=run[1], start=run[2], end=this_hour)
             )
-        t = minute_start
+        t = this_hour  # the hour under way: minute rollups only, as the live rollups leave it
         while t < now - timedelta(minutes=1):
             team_id = _holder(lookup, gpu.pk, t)
             busy = team_id is not None and (t.hour + gpu.index) % 5 != 0

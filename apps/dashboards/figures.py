@@ -13,6 +13,9 @@ from apps.dashboards.selectors import UNALLOCATED, Filters
 # Okabe-Ito: distinguishable with the common colour-vision deficiencies.
 PALETTE = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000"]
 GREY = "#999999"
+# Times are sent in UTC; static/js/dashboards.js redraws them in the reader's zone and renames
+# the axis (the one time rule of portal/formatting.py).
+TIME_AXIS = "Time (UTC)"
 LAYOUT = {
     "margin": {"l": 60, "r": 20, "t": 30, "b": 50},
     "colorway": PALETTE,
@@ -69,8 +72,8 @@ def utilization(filters: Filters) -> dict:
     over_time = go.Figure(
         layout={
             **LAYOUT,
-            "yaxis": {"title": "GPUs", "rangemode": "tozero"},
-            "xaxis": {"type": "date"},
+            "yaxis": {"title": "GPUs (average over each step)", "rangemode": "tozero"},
+            "xaxis": {"type": "date", "title": TIME_AXIS},
             "hovermode": "x unified",
         }
     )
@@ -112,14 +115,19 @@ def utilization(filters: Filters) -> dict:
             zmin=0,
             zmax=100,
             colorscale="Cividis",
-            colorbar={"title": "util %"},
+            colorbar={"title": "Utilization (%)"},
             texttemplate="%{z:.0f}%",
             hovertemplate="%{y} on %{x}: %{z:.1f}%<extra></extra>",
         ),
-        layout={**LAYOUT, "xaxis": {"type": "category"}, "yaxis": {"type": "category"}},
+        layout={
+            **LAYOUT,
+            "xaxis": {"type": "category", "title": "GPU model"},
+            "yaxis": {"type": "category", "title": "Team"},
+        },
     )
+    teams_allocated = (v for n, v in series["allocated"].items() if n != UNALLOCATED)
     return {
-        "has_data": any(any(v) for v in series["allocated"].values()),
+        "has_data": series["has_telemetry"] or any(any(v) for v in teams_allocated),
         "step_seconds": int(series["step"].total_seconds()),
         "figures": {
             "allocated-busy": figure_json(over_time),
@@ -181,7 +189,12 @@ def idle(filters: Filters) -> dict:
     hours = selectors.idle_hours(filters)
     x = _iso(hours["times"])
     over_time = go.Figure(
-        layout={**LAYOUT, "barmode": "stack", "yaxis": {"title": "idle GPU-hours"}}
+        layout={
+            **LAYOUT,
+            "barmode": "stack",
+            "xaxis": {"type": "date", "title": TIME_AXIS},
+            "yaxis": {"title": "Idle time (GPU-hours)"},
+        }
     )
     names = sorted({slug for _, slug in hours["series"]}, key=lambda n: (n == UNALLOCATED, n))
     colours = _colour(names)
@@ -230,6 +243,7 @@ def occupancy(filters: Filters) -> dict:
             "xaxis": {
                 "type": "date",
                 "range": [filters.start.isoformat(), filters.end.isoformat()],
+                "title": TIME_AXIS,
             },
             "margin": {**LAYOUT["margin"], "l": 150},
             "yaxis": {
@@ -273,7 +287,7 @@ def fleet(filters: Filters) -> dict:
             y=list(data["nodes"].values()),
             marker={"color": ["#009E73", "#D55E00", "#E69F00", GREY]},
         ),
-        layout={**LAYOUT, "yaxis": {"title": "nodes"}},
+        layout={**LAYOUT, "yaxis": {"title": "Nodes (count)"}},
     )
     health = go.Figure(
         go.Bar(
@@ -281,7 +295,7 @@ def fleet(filters: Filters) -> dict:
             y=list(data["health"].values()),
             marker={"color": ["#009E73", "#E69F00", "#D55E00"]},
         ),
-        layout={**LAYOUT, "yaxis": {"title": "GPUs"}},
+        layout={**LAYOUT, "yaxis": {"title": "GPUs (count)"}},
     )
     readings = data["readings"]
     line = go.Scattergl if len(readings) > GL_POINTS else go.Scatter
@@ -291,8 +305,8 @@ def fleet(filters: Filters) -> dict:
             "margin": {"l": 60, "r": 60, "t": 30, "b": 120},
             "legend": {"orientation": "h", "y": 1.12},
             "xaxis": {"type": "category", "showticklabels": len(readings) <= 64},
-            "yaxis": {"title": "°C"},
-            "yaxis2": {"title": "W", "overlaying": "y", "side": "right"},
+            "yaxis": {"title": "Temperature (°C)"},
+            "yaxis2": {"title": "Power (W)", "overlaying": "y", "side": "right"},
         }
     )
     gpus = [r["gpu"] for r in readings]
@@ -324,7 +338,7 @@ def quota_pressure(filters: Filters) -> dict:
     rows = selectors.quota_pressure(filters)
     labels = [f"{r['team']} · {r['gpu_model']}" for r in rows]
     figure = go.Figure(
-        layout={**LAYOUT, "barmode": "stack", "yaxis": {"title": "GPUs"}},
+        layout={**LAYOUT, "barmode": "stack", "yaxis": {"title": "GPUs (count)"}},
     )
     figure.add_trace(go.Bar(x=labels, y=[r["held"] for r in rows], name="held now"))
     figure.add_trace(go.Bar(x=labels, y=[r["waiting"] for r in rows], name="queued jobs want"))

@@ -141,14 +141,98 @@ def _rollups(filters: Filters):
     return model, rows
 
 
-def utilization_series(filters: Filters) -> dict:
-    """Allocated and busy GPUs over time per team (busy = busy seconds / bucket seconds, i.e.
-    GPU-equivalents busy), and average utilization % per team and GPU model. Unallocated GPUs
-    are shown only to those who see all teams, under `UNALLOCATED`.
+def _uses(filters: Filters, *, all_teams: bool) -> dict[int, list[tuple]]:
+    """GPU id -> [(start, end, team_id)] of what the chargeback charges as allocated, within
+    the window: active booking holdings, and job allocations outside bookings (a job inside a
+    booking runs on GPUs the booking already holds). Per GPU the uses are made disjoint (an
+    overlap counts once, for the earlier use), as the meter does."""
+    holdings = ReservationGpu.objects.filter(
+        active=True, start__lt=filters.end, end__gt=filters.start
+    )
+    if not all_teams:
+        holdings = holdings.filter(reservation__team_id__in=filters.team_ids)
+    if filters.gpu_model:
+        holdings = holdings.filter(gpu__model=filters.gpu_model)
+    rows = list(holdings.values_list("gpu_id", "start", "end", "reservation__team_id"))
+    try:
+        from apps.jobs.models import JobAllocation
+    except ImportError:  # pragma: no cover - the jobs app is optional for the dashboards
+        JobAllocation = None
+    if JobAllocation is not None:
+        jobs = JobAllocation.objects.filter(
+            Q(end__isnull=True) | Q(end__gt=filters.start),
+            job__reservation__isnull=True,
+            start__lt=filters.end,
+        )
+        if not all_teams:
+            jobs = jobs.filter(job__team_id__in=filters.team_ids)
+        if filters.gpu_model:
+            jobs = jobs.filter(gpu__model=filters.gpu_model)
+        for gpu_id, start, end, team_id in jobs.values_list(
+            "gpu_id", "start", "end", "job__team_id"
+        ):
+            rows.append((gpu_id, start, end or filters.end, team_id))
+    per_gpu: dict[int, list[tuple]] = defaultdict(list)
+    for gpu_id, start, end, team_id in sorted(rows, key=lambda r: (r[0], r[1])):
+        uses = per_gpu[gpu_id]
+        start = max(start, filters.start, uses[-1][1] if uses else start)
+        end = min(end, filters.end)
+        if end > start:
+            uses.append((start, end, team_id))
+    return per_gpu
 
-    One scan of the rollups: SQL sums per (bucket, team, model); Python merges buckets into
-    steps. Returns {"step", "times", "allocated": {team: [...]}, "busy": {team: [...]},
-    "by_team_model": [{"team_slug", "model_name", "util"}]}."""
+
+def _covered(t: datetime, step: timedelta, filters: Filters) -> float:
+    """Seconds of the step [t, t + step) inside the window."""
+    return (min(t + step, filters.end) - max(t, filters.start)).total_seconds()
+
+
+def allocated_series(filters: Filters, times: list[datetime], step: timedelta) -> dict:
+    """Average GPUs allocated per team over each step, from bookings and jobs (not telemetry),
+    so every range and bucket size gives the same answer for the same time: the value of an
+    hour is the mean of its minutes. Those who see all teams also get `UNALLOCATED`: the rest
+    of the fleet (GPUs neither retired nor MIG slices), as the chargeback counts it."""
+    with_pool = filters.sees_all and not filters.team_slug
+    uses = _uses(filters, all_teams=with_pool)
+    origin = times[0] if times else filters.start
+    seconds: dict[int | None, dict] = defaultdict(lambda: defaultdict(float))
+    fleet = Gpu.objects.filter(mig_parent__isnull=True).exclude(status=GpuStatus.RETIRED)
+    if filters.gpu_model:
+        fleet = fleet.filter(model=filters.gpu_model)
+    fleet_ids = set(fleet.values_list("pk", flat=True))
+    in_fleet: dict = defaultdict(float)
+    visible = set(filters.team_ids)
+    for gpu_id, gpu_uses in uses.items():
+        for start, end, team_id in gpu_uses:
+            t = _floor(start, origin, step)
+            while t < end:
+                piece = (min(end, t + step) - max(start, t)).total_seconds()
+                if team_id in visible:
+                    seconds[team_id][t] += piece
+                if gpu_id in fleet_ids:
+                    in_fleet[t] += piece
+                t += step
+    slugs = {t.pk: t.slug for t in filters.teams}
+    result = {}
+    for team_id, values in seconds.items():
+        result[slugs[team_id]] = {t: values.get(t, 0.0) / _covered(t, step, filters) for t in times}
+    if with_pool and fleet_ids:
+        result[UNALLOCATED] = {
+            t: max(0.0, len(fleet_ids) - in_fleet.get(t, 0.0) / _covered(t, step, filters))
+            for t in times
+        }
+    return result
+
+
+def utilization_series(filters: Filters) -> dict:
+    """Allocated and busy GPUs over time per team, and average utilization % per team and GPU
+    model. Unallocated GPUs are shown only to those who see all teams, under `UNALLOCATED`.
+
+    Allocated GPUs come from bookings and jobs (`allocated_series`), the same at every range.
+    Busy GPUs come from the rollups (busy seconds / bucket seconds, i.e. GPU-equivalents busy):
+    one scan, SQL sums per (bucket, team, model), Python merges buckets into steps. Returns
+    {"step", "times", "allocated": {team: [...]}, "busy": {team: [...]},
+    "by_team_model": [{"team_slug", "model_name", "util"}], "has_telemetry"}."""
     _, rows = _rollups(filters)
     scope = Q(team_id__in=filters.team_ids)
     if filters.sees_all and not filters.team_slug:
@@ -158,7 +242,6 @@ def utilization_series(filters: Filters) -> dict:
         rows.filter(scope)
         .values_list("bucket", "team_id", "gpu__model_id")
         .annotate(
-            gpus=Count("id"),
             busy=Sum("busy_seconds"),
             util_sum=Sum("util_avg"),
             util_n=Count("util_avg"),
@@ -170,14 +253,14 @@ def utilization_series(filters: Filters) -> dict:
     step = step_for(filters)
     origin = _floor(filters.start, datetime(2000, 1, 1, tzinfo=filters.start.tzinfo), step)
     per_step = int(step.total_seconds() // bucket_seconds)
-    allocated: dict[str, dict] = defaultdict(lambda: defaultdict(float))
     busy: dict[str, dict] = defaultdict(lambda: defaultdict(float))
     util: dict[tuple, list] = defaultdict(lambda: [0.0, 0])
-    for bucket, team_id, model_id, gpus, busy_seconds, util_sum, util_n in grouped:
+    has_telemetry = False
+    for bucket, team_id, model_id, busy_seconds, util_sum, util_n in grouped:
+        has_telemetry = True
         key = _floor(bucket, origin, step)
         name = slugs.get(team_id, UNALLOCATED) if team_id is not None else UNALLOCATED
         # Average over the step: each bucket adds its share.
-        allocated[name][key] += gpus / per_step
         busy[name][key] += (busy_seconds or 0) / bucket_seconds / per_step
         if team_id is not None and util_n:
             cell = util[(name, model_names[model_id])]
@@ -188,16 +271,20 @@ def utilization_series(filters: Filters) -> dict:
     while t < filters.end:
         times.append(t)
         t += step
-    names = sorted(allocated, key=lambda n: (n == UNALLOCATED, n))
+    allocated = allocated_series(filters, times, step)
+    names = sorted(set(allocated) | set(busy), key=lambda n: (n == UNALLOCATED, n))
     return {
         "step": step,
         "times": times,
-        "allocated": {n: [round(allocated[n].get(t, 0.0), 3) for t in times] for n in names},
+        "allocated": {
+            n: [round(allocated.get(n, {}).get(t, 0.0), 3) for t in times] for n in names
+        },
         "busy": {n: [round(busy[n].get(t, 0.0), 3) for t in times] for n in names},
         "by_team_model": [
             {"team_slug": team, "model_name": model, "util": total / n}
             for (team, model), (total, n) in sorted(util.items())
         ],
+        "has_telemetry": has_telemetry,
     }
 
 

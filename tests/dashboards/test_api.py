@@ -71,7 +71,14 @@ def test_utilization_values_are_gpu_counts(platform_admin, history):
     assert max(traces["vision allocated"]["y"]) == pytest.approx(2)
     assert max(traces["vision busy"]["y"]) == pytest.approx(2)
     assert max(traces["nlp busy"]["y"]) == 0
-    assert max(traces["unallocated"]["y"]) == pytest.approx(1)
+    # Allocation comes from the bookings (vision 2 GPUs, nlp 1, for the last 2 hours); the
+    # rest of the 20-GPU fleet is unallocated, as the chargeback counts it.
+    assert max(traces["nlp allocated"]["y"]) == pytest.approx(1)
+    assert max(traces["unallocated"]["y"]) == pytest.approx(20)
+    assert min(traces["unallocated"]["y"]) == pytest.approx(20 - 3)
+    for i in range(len(traces["unallocated"]["y"])):
+        held = sum(t["y"][i] for name, t in traces.items() if name.endswith("allocated"))
+        assert held == pytest.approx(20)
 
 
 def test_utilization_is_downsampled_to_at_most_500_points(platform_admin, history):
@@ -84,11 +91,16 @@ def test_utilization_is_downsampled_to_at_most_500_points(platform_admin, histor
     assert max(traces["vision allocated"]["y"]) == pytest.approx(2)
 
 
-def test_utilization_24h_reads_minute_rollups(platform_admin, history):
+def test_utilization_24h_reads_minute_rollups_for_busy_and_bookings_for_allocated(
+    platform_admin, history
+):
     GpuMinuteRollup.objects.all().delete()
     body = client_for(platform_admin).get("/api/v1/dashboards/utilization/?range=24h").json()
     assert body["step_seconds"] == 180  # 1440 minutes / 500 points, rounded up to minutes
-    assert body["has_data"] is False
+    traces = {t["name"]: t for t in body["figures"]["allocated-busy"]["data"]}
+    assert max(traces["vision busy"]["y"]) == 0  # no minute telemetry: nothing seen busy
+    assert max(traces["vision allocated"]["y"]) == pytest.approx(2)  # but the booking holds 2
+    assert body["has_data"] is True
 
 
 def test_utilization_filters_by_team_and_model(platform_admin, history):

@@ -27,3 +27,27 @@ def test_seed_demo_writes_30_days_of_telemetry_matching_bookings_once():
     ).exists()
     call_command("seed_demo")
     assert GpuHourRollup.objects.count() == hours
+
+
+def test_demo_minute_rollups_cover_the_24h_charts_and_agree_with_the_hours():
+    from datetime import timedelta
+
+    from django.db.models import Sum
+    from django.db.models.functions import TruncHour
+    from django.utils import timezone
+
+    call_command("seed_demo")
+    this_hour = timezone.now().replace(minute=0, second=0, microsecond=0)
+    day_ago = this_hour - timedelta(hours=24)
+    minutes = (
+        GpuMinuteRollup.objects.filter(bucket__gte=day_ago, bucket__lt=this_hour)
+        .annotate(hour=TruncHour("bucket"))
+        .values_list("gpu_id", "hour")
+        .annotate(busy=Sum("busy_seconds"))
+        .order_by()
+    )
+    by_hour = {(gpu_id, hour): busy for gpu_id, hour, busy in minutes}
+    hours = GpuHourRollup.objects.filter(bucket__gte=day_ago, bucket__lt=this_hour)
+    assert hours.count() == 28 * 24
+    for rollup in hours:
+        assert by_hour[(rollup.gpu_id, rollup.bucket)] == rollup.busy_seconds
