@@ -30,6 +30,22 @@ def _proposals_from(post, current: list[QuotaProposal]) -> tuple[list[QuotaPropo
     return proposals, errors
 
 
+def _quota_rows(current: list[QuotaProposal], post) -> list[dict]:
+    """Each quota with the numbers its inputs show: what was typed after a run (so the
+    proposal stays on screen next to its result), else the current quota."""
+    return [
+        {
+            "team": quota.team,
+            "model": quota.model,
+            "current_guaranteed": quota.guaranteed,
+            "current_limit": quota.limit,
+            "guaranteed": post.get(f"g-{index}", quota.guaranteed),
+            "limit": post.get(f"l-{index}", quota.limit),
+        }
+        for index, quota in enumerate(current)
+    ]
+
+
 @login_required
 def what_if_view(request):
     """Platform admins try quota changes on the recent job history before making them."""
@@ -38,20 +54,21 @@ def what_if_view(request):
     current = current_quotas()
     window = request.POST.get("window", "7d")
     policy = request.POST.get("policy", "fairshare")
-    context = {"quotas": current, "windows": list(WINDOWS), "policies": sorted(POLICIES),
+    context = {"quotas": _quota_rows(current, request.POST if request.method == "POST" else {}),
+               "windows": list(WINDOWS), "policies": sorted(POLICIES),
                "window": window, "policy": policy, "errors": [], "result": None}  # fmt: skip
     if request.method == "POST":
         proposals, errors = _proposals_from(request.POST, current)
         if window not in WINDOWS or policy not in POLICIES:
             errors.append("Choose a window and a policy from the lists.")
         context["errors"] = errors
-        context["proposed"] = {(p.team, p.model): p for p in proposals}
         if not errors:
             result = what_if(
                 proposed=proposals, window=WINDOWS[window], policy=policy, now=timezone.now()
             )
             context["result"] = result
-            context["figure"] = _wait_figure(result["teams"])
+            if result["teams"] and not result["too_few_jobs"] and not result["nobody_waited"]:
+                context["figure"] = _wait_figure(result["teams"])
     status = 400 if context["errors"] else 200
     return render(request, "jobs/what_if.html", context, status=status)
 

@@ -16,6 +16,9 @@ from apps.jobs.scheduler.state import GpuInfo, TeamQuota
 from apps.teams.models import Quota
 
 WINDOWS = {"7d": timedelta(days=7), "30d": timedelta(days=30)}
+# Fewer jobs than this say nothing about how quotas shape waits; the page says so instead of
+# comparing averages of a handful of jobs.
+MIN_JOBS = 5
 
 
 @dataclass(frozen=True)
@@ -117,4 +120,8 @@ def what_if(
         "before": before,
         "after": after,
         "currency": settings.BILLING_CURRENCY,
+        "too_few_jobs": len(history) < MIN_JOBS,
+        "min_jobs": MIN_JOBS,
+        # Nobody waited under either set: the averages are all zero and compare nothing.
+        "nobody_waited": not any(row["wait_before_h"] or row["wait_after_h"] for row in rows),
     }

@@ -83,3 +83,56 @@ def test_only_platform_admins(client, member, finance_user):
     for user in (member, finance_user):
         client.force_login(user)
         assert client.get("/jobs/what-if/").status_code == 403
+
+
+def test_proposed_numbers_stay_in_the_form_after_a_run(client, platform_admin, history):
+    client.force_login(platform_admin)
+    html = client.post("/jobs/what-if/", form(**{"g-0": "5", "g-1": "9"})).content.decode()
+    table = html.split('data-testid="whatif-quotas"', 1)[1].split("</table>", 1)[0]
+    assert 'name="g-0" type="number" min="0" value="5"' in table
+    assert 'name="g-1" type="number" min="0" value="9"' in table
+    assert "now 12" in table  # nlp's current guarantee is shown beside the proposal
+
+
+def test_the_chart_gets_the_waits_it_compares(client, platform_admin, history):
+    import json
+
+    client.force_login(platform_admin)
+    response = client.post("/jobs/what-if/", form())
+    html = response.content.decode()
+    data = html.split('id="dashboard-figures" type="application/json">', 1)[1].split("</script>")[0]
+    bars = json.loads(data)["wait"]["data"]
+    waits = {row["team"]: row for row in response.context["result"]["teams"]}
+    current = dict(zip(bars[0]["x"], bars[0]["y"], strict=True))
+    assert current["vision"] == pytest.approx(waits["vision"]["wait_before_h"])
+    assert max(current.values()) > 0
+
+
+def test_too_little_history_says_so_instead_of_comparing_zeros(
+    client, platform_admin, member, team, h100, quotas
+):
+    job = Job.objects.create(
+        team=team, submitted_by=member, argv=["x"], gpu_model=h100, gpu_count=1,
+        max_runtime_seconds=600, status="succeeded",
+    )  # fmt: skip
+    Job.objects.filter(pk=job.pk).update(submitted_at=timezone.now() - timedelta(hours=1))
+    client.force_login(platform_admin)
+    html = client.post("/jobs/what-if/", form()).content.decode()
+    assert 'data-testid="whatif-too-little"' in html
+    assert "Only 1 job was submitted in the last 7d" in html
+    assert 'data-testid="whatif-result"' not in html and "dashboard-figures" not in html
+
+
+def test_when_nobody_waits_the_page_says_so_and_draws_no_empty_chart(
+    client, platform_admin, member, team, h100, quotas
+):
+    for hours in range(1, 7):
+        job = Job.objects.create(
+            team=team, submitted_by=member, argv=["x"], gpu_model=h100, gpu_count=1,
+            max_runtime_seconds=600, status="succeeded",
+        )  # fmt: skip
+        Job.objects.filter(pk=job.pk).update(submitted_at=timezone.now() - timedelta(hours=hours))
+    client.force_login(platform_admin)
+    html = client.post("/jobs/what-if/", form()).content.decode()
+    assert 'data-testid="whatif-no-wait"' in html
+    assert "dashboard-figures" not in html
