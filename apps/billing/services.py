@@ -8,7 +8,6 @@ from decimal import Decimal
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.core.mail import send_mail
 from django.db import transaction
 from django.db.models import Max, Q, Sum
 from django.utils import timezone
@@ -25,6 +24,7 @@ from apps.billing.models import (
 )
 from apps.billing.periods import month_bounds, month_start
 from apps.billing.selectors import budget_for, rate_card_at, team_spend
+from apps.outbox.services import outbox_send_mail
 from apps.teams.choices import TeamRole
 from apps.teams.models import Membership
 from apps.teams.permissions import is_finance, is_platform_admin
@@ -347,7 +347,7 @@ def _email_budget_alert(budget: Budget, threshold: int, spent: Decimal) -> None:
         f"Team {budget.team.name} has been charged {spent.quantize(CENT)} of its "
         f"{budget.amount} budget for {budget.period} ({threshold} % threshold)."
     )
-    transaction.on_commit(lambda: send_mail(subject, body, None, recipients, fail_silently=True))
+    outbox_send_mail(subject=subject, body=body, recipients=list(recipients))
 
 
 def projected_booking_cost(*, gpu_model, count: int, start: datetime, end: datetime) -> Decimal:

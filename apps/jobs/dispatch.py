@@ -81,6 +81,10 @@ def usage_by_team(*, now: datetime, half_life: float) -> dict[str, float]:
 def build_state(*, now: datetime) -> ClusterState:
     """What the scheduler sees now. Schedulable GPUs are active, healthy, on an up node (not
     drained, not in a maintenance window now), whole (MIG devices are not offered to jobs)."""
+    # Stopped attempts whose node has not yet confirmed the process is gone: not free.
+    awaiting_release = JobAllocation.objects.filter(
+        end__isnull=False, released_at__isnull=True
+    ).values("gpu_id")
     gpus = [
         GpuInfo(
             gpu_id=g.pk,
@@ -90,6 +94,7 @@ def build_state(*, now: datetime) -> ClusterState:
         )
         for g in Gpu.objects.schedulable()
         .filter(mig_parent__isnull=True)
+        .exclude(pk__in=awaiting_release)
         .exclude(node__maintenance_windows__start__lte=now, node__maintenance_windows__end__gt=now)
         .select_related("node", "model")
         .order_by("node__hostname", "index")
@@ -197,7 +202,9 @@ def _apply(decision: Decision, *, now: datetime, result: CycleResult) -> None:
             status__in=WAITING_STATUSES,
         )
     }
-    busy = set(JobAllocation.objects.filter(end__isnull=True).values_list("gpu_id", flat=True))
+    busy = set(
+        JobAllocation.objects.filter(released_at__isnull=True).values_list("gpu_id", flat=True)
+    )
     gpus = Gpu.objects.select_related("node").in_bulk(
         [g for p in decision.placements for g in p.gpu_ids]
     )
@@ -228,9 +235,7 @@ def _apply(decision: Decision, *, now: datetime, result: CycleResult) -> None:
         job.save()
         for rank, hostname in enumerate(hostnames):
             spec = launch_spec(job, by_node[hostname], rank=rank, ranks=len(hostnames))
-            transaction.on_commit(
-                lambda h=hostname, s=spec: services.send_agent_task("agent.launch", h, s)
-            )
+            services.send_agent_task("agent.launch", hostname, spec)
         result.placed.append(job.pk)
 
     placed = set(result.placed)

@@ -120,6 +120,11 @@ class JobAllocation(models.Model):
     attempt = models.PositiveIntegerField(default=1)
     start = models.DateTimeField()
     end = models.DateTimeField(null=True, blank=True)
+    released_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="When the node confirmed the process is gone; until then the GPU is not free.",
+    )
     over_quota = models.BooleanField(default=False)
 
     class Meta:
@@ -129,6 +134,11 @@ class JobAllocation(models.Model):
                 fields=["gpu"], condition=Q(end__isnull=True), name="joballoc_open_gpu_idx"
             ),
             models.Index(fields=["start", "end"], name="joballoc_time_idx"),
+            models.Index(
+                fields=["gpu"],
+                condition=Q(released_at__isnull=True),
+                name="joballoc_unreleased_gpu_idx",
+            ),
         ]
         constraints = [
             models.UniqueConstraint(

@@ -26,6 +26,7 @@ from apps.jobs.choices import (
     JobStatus,
 )
 from apps.jobs.models import Job, JobAllocation
+from apps.outbox.services import outbox_send_task
 from apps.reservations.choices import OPEN_STATUSES as RESERVATION_OPEN_STATUSES
 from apps.reservations.models import Reservation
 from apps.teams.models import Membership, Team
@@ -45,8 +46,10 @@ LOG_TAIL_CHARS = 16_000
 
 
 def send_agent_task(name: str, hostname: str, *args) -> None:
-    """Send one task to a node agent's own queue (`node.<hostname>`)."""
-    current_app.send_task(name, args=list(args), queue=f"node.{hostname}")
+    """Send one task to a node agent's own queue (`node.<hostname>`) through the outbox: it is
+    written in the caller's transaction and sent after the commit, or later by beat if the
+    broker is down (a kill is delayed by an outage, never lost)."""
+    outbox_send_task(name, queue=f"node.{hostname}", args=args)
 
 
 def trigger_schedule() -> None:
@@ -62,11 +65,8 @@ def trigger_schedule() -> None:
 
 
 def _kill_on_commit(job: Job, hostnames: list[str], grace_seconds: int) -> None:
-    attempt = job.attempt
     for hostname in hostnames:
-        transaction.on_commit(
-            lambda h=hostname: send_agent_task("agent.kill", h, job.pk, attempt, grace_seconds)
-        )
+        send_agent_task("agent.kill", hostname, job.pk, job.attempt, grace_seconds)
 
 
 def _job_hostnames(job: Job) -> list[str]:
@@ -81,8 +81,17 @@ def _job_hostnames(job: Job) -> list[str]:
 
 
 def close_allocations(job: Job, *, now: datetime) -> int:
-    """End the job's open allocations at `now` (its GPUs are free from then on)."""
+    """End the job's open allocations at `now`: billing stops there. The GPUs stay out of the
+    scheduler's pool until each node confirms the process is gone (`release_allocations`)."""
     return JobAllocation.objects.filter(job=job, end__isnull=True).update(end=now)
+
+
+def release_allocations(*, job_id: int, attempt: int, hostname: str, now: datetime) -> int:
+    """A node reported the attempt's process finished (or never ran there): its GPUs of that
+    attempt are free for the scheduler again."""
+    return JobAllocation.objects.filter(
+        job_id=job_id, attempt=attempt, gpu__node__hostname=hostname, released_at__isnull=True
+    ).update(released_at=now)
 
 
 # --- submit ----------------------------------------------------------------------------------
@@ -269,6 +278,10 @@ def job_report(*, report: dict, now: datetime | None = None) -> str:
         logger.warning("ignored malformed job report %r", report)
         return "ignored"
     with transaction.atomic():
+        if event == "finished" and isinstance(report.get("node"), str):
+            # Whatever became of the job meanwhile (cancelled, requeued, a secondary rank), the
+            # node no longer runs this attempt: its GPUs are free once the job closed them.
+            release_allocations(job_id=job_id, attempt=attempt, hostname=report["node"], now=now)
         job = Job.objects.select_for_update().filter(pk=job_id).first()
         if job is None:
             logger.warning("ignored %s report for unknown job %s", event, job_id)
@@ -371,6 +384,11 @@ def jobs_requeue_for_node(*, node: Node, now: datetime | None = None) -> list[in
                 _kill_on_commit(job, others, settings.JOBS_KILL_GRACE_SECONDS)
             _requeue(job, now=now, reason=f"node {node.hostname} unreachable")
             done.append(job.pk)
+        # The lost node cannot confirm anything; its GPUs are out of the pool until it reports
+        # again, and a kill queued for it is delivered first when it does.
+        JobAllocation.objects.filter(
+            gpu__node=node, end__isnull=False, released_at__isnull=True
+        ).update(released_at=now)
         if done:
             trigger_schedule()
     return done

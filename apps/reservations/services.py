@@ -14,13 +14,13 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 
 from django.core.exceptions import ValidationError
-from django.core.mail import send_mail
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
 from apps.audit.services import audit_record
 from apps.fleet.models import Gpu, GpuModel
+from apps.outbox.services import outbox_send_mail
 from apps.reservations import availability, selectors
 from apps.reservations.choices import OPEN_STATUSES, ReservationStatus
 from apps.reservations.models import Reservation, ReservationGpu
@@ -310,15 +310,12 @@ def _require_open(reservation: Reservation, verb: str) -> None:
 
 
 def notify_team(reservation: Reservation, subject: str, body: str) -> None:
-    """Email the booker and the team's admins once the transaction commits."""
+    """Email the booker and the team's admins once the transaction commits (through the outbox:
+    a mail server that is down delays the notice, never loses it)."""
     admins = Membership.objects.filter(
         team_id=reservation.team_id, role=TeamRole.TEAM_ADMIN
     ).values_list("user__email", flat=True)
-    recipients = sorted({reservation.created_by.email, *admins} - {""})
-    if recipients:
-        transaction.on_commit(
-            lambda: send_mail(subject, body, None, recipients, fail_silently=True)
-        )
+    outbox_send_mail(subject=subject, body=body, recipients=[reservation.created_by.email, *admins])
 
 
 @transaction.atomic
@@ -578,14 +575,11 @@ def reservation_lifecycle_tick(*, now: datetime | None = None) -> dict[str, int]
             reservation.reminder_sent_at = now
             reservation.save(update_fields=["reminder_sent_at"])
             minutes = int((reservation.end - now).total_seconds() // 60)
-            if reservation.created_by.email:
-                send_mail(
-                    f"GPU reservation #{reservation.pk} ends in {minutes} minutes",
-                    f"{reservation} ends at {reservation.end:%Y-%m-%d %H:%M} UTC. "
-                    "Extend it in the portal if you need more time and its GPUs are free.\n",
-                    None,
-                    [reservation.created_by.email],
-                    fail_silently=True,
-                )
+            outbox_send_mail(
+                subject=f"GPU reservation #{reservation.pk} ends in {minutes} minutes",
+                body=f"{reservation} ends at {reservation.end:%Y-%m-%d %H:%M} UTC. "
+                "Extend it in the portal if you need more time and its GPUs are free.\n",
+                recipients=[reservation.created_by.email],
+            )
             reminded += 1
     return {"activated": activated, "completed": completed, "reminded": reminded}

@@ -27,14 +27,17 @@ def _book(member, quotas, h100, start, hours=2, count=2):
 
 
 @pytest.mark.django_db
-def test_tick_starts_finishes_and_reminds_once(member, quotas, h100, tomorrow_9):
+def test_tick_starts_finishes_and_reminds_once(
+    member, quotas, h100, tomorrow_9, django_capture_on_commit_callbacks
+):
     reservation = _book(member, quotas, h100, tomorrow_9)
     assert reservation_lifecycle_tick(now=tomorrow_9 - timedelta(minutes=1))["activated"] == 0
     assert reservation_lifecycle_tick(now=tomorrow_9)["activated"] == 1
     assert Reservation.objects.get(pk=reservation.pk).status == ReservationStatus.ACTIVE
     near_end = tomorrow_9 + timedelta(hours=1, minutes=40)
-    assert reservation_lifecycle_tick(now=near_end)["reminded"] == 1
-    assert reservation_lifecycle_tick(now=near_end)["reminded"] == 0  # idempotent
+    with django_capture_on_commit_callbacks(execute=True):
+        assert reservation_lifecycle_tick(now=near_end)["reminded"] == 1
+        assert reservation_lifecycle_tick(now=near_end)["reminded"] == 0  # idempotent
     assert len(mail.outbox) == 1 and "ends in 20 minutes" in mail.outbox[0].subject
     assert mail.outbox[0].to == [member.email]
     done = reservation_lifecycle_tick(now=tomorrow_9 + timedelta(hours=2))
