@@ -4,13 +4,15 @@ from datetime import timedelta
 from decimal import Decimal
 
 import plotly.graph_objects as go
+from django.conf import settings
 from django.db.models import Sum
+from plotly.subplots import make_subplots
 
 from apps.billing import exports, selectors
-from apps.billing.choices import PLATFORM_COST_CENTER
+from apps.billing.choices import BUDGET_THRESHOLDS, PLATFORM_COST_CENTER
 from apps.billing.models import BillingPeriod, LedgerEntry
 from apps.billing.periods import month_bounds
-from apps.dashboards.figures import LAYOUT, PALETTE
+from apps.dashboards.figures import GREY, LAYOUT, PALETTE
 from apps.dashboards.figures import figure_json as _figure_json
 
 MONTHS_SHOWN = 6
@@ -39,6 +41,10 @@ def cost_figures(*, period: BillingPeriod, teams: list, include_platform: bool, 
     }
 
 
+def _money_axis() -> dict:
+    return {"title": f"Cost ({settings.BILLING_CURRENCY})", "tickformat": ",.0f"}
+
+
 def _scoped(entries, team_ids, include_platform):
     if include_platform:
         return entries.filter(team_id__in=team_ids) | entries.filter(team__isnull=True)
@@ -58,8 +64,8 @@ def _by_month(period, team_ids, include_platform) -> dict:
         layout={
             **LAYOUT,
             "barmode": "stack",
-            "yaxis": {"title": "cost"},
-            "xaxis": {"type": "category"},
+            "yaxis": _money_axis(),
+            "xaxis": {"type": "category", "title": "Month"},
         }
     )
     for name in sorted(by_team, key=lambda n: (n == PLATFORM_COST_CENTER, n)):
@@ -72,36 +78,72 @@ def _by_month(period, team_ids, include_platform) -> dict:
 
 
 def _burn_down(period, teams, now) -> dict:
+    """Cumulative spend and projection per team in money (top panel), and the same as a share
+    of each team's budget (bottom panel, with the 50/80/100 % alert lines). Budgets are often
+    many times a month's spend so far: on the money axis they would flatten the spend lines to
+    zero, so they get their own panel and axis."""
     start, end = month_bounds(period.month)
-    figure = go.Figure(layout={**LAYOUT, "yaxis": {"title": "cumulative cost"}})
+    last_day = (end - timedelta(days=1)).date().isoformat()
+    figure = make_subplots(
+        rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08, row_heights=[0.6, 0.4]
+    )
+    money_axis = {"title": {"text": f"Cumulative cost ({settings.BILLING_CURRENCY})"}}
+    figure.update_layout(
+        **{**LAYOUT, "margin": {**LAYOUT["margin"], "r": 60}},
+        height=520,
+        hovermode="x unified",
+        yaxis={**money_axis, "rangemode": "tozero", "tickformat": ",.0f"},
+        yaxis2={"title": {"text": "Budget used (%)"}, "rangemode": "tozero", "ticksuffix": " %"},
+        # Whole UTC days, not moments: dashboards.js leaves them (and this title) as they are.
+        xaxis2={"title": {"text": "Day, UTC"}, "type": "date"},
+    )
+    figure.update_xaxes(type="date", range=[start.date().isoformat(), last_day])
+    with_budget = False
     for index, team in enumerate(teams[: len(PALETTE)]):
         colour = PALETTE[index]
         running, xs, ys = Decimal(0), [], []
         for day, total in selectors.daily_spend(team=team, period=period):
             running += total
             xs.append(day.isoformat())
-            ys.append(float(running))
+            ys.append(running)
         if not xs:
             continue
-        figure.add_scatter(x=xs, y=ys, mode="lines+markers", name=f"{team.slug} spent",
-                           line={"color": colour})  # fmt: skip
         state = selectors.burn_down(team=team, period=period, now=now)
+        budget = state["budget"]
+        lines = [(f"{team.slug} spent", xs, ys, {"color": colour})]
         if now < end:
-            figure.add_scatter(
-                x=[xs[-1], (end - timedelta(days=1)).date().isoformat()],
-                y=[ys[-1], float(state["projected"])],
-                mode="lines",
-                name=f"{team.slug} projected",
-                line={"color": colour, "dash": "dot"},
+            lines.append(
+                (
+                    f"{team.slug} projected",
+                    [xs[-1], last_day],
+                    [ys[-1], state["projected"]],
+                    {"color": colour, "dash": "dot"},
+                )
             )
-        if state["budget"] is not None:
+        for name, x, y, line in lines:
             figure.add_scatter(
-                x=[start.date().isoformat(), (end - timedelta(days=1)).date().isoformat()],
-                y=[float(state["budget"])] * 2,
-                mode="lines",
-                name=f"{team.slug} budget",
-                line={"color": colour, "dash": "dash", "width": 1},
-            )
+                x=x, y=[float(v) for v in y], mode="lines+markers" if "spent" in name else "lines",
+                name=name, line=line, legendgroup=team.slug, row=1, col=1,
+                hovertemplate=f"%{{y:,.2f}} {settings.BILLING_CURRENCY}",
+            )  # fmt: skip
+            if budget:
+                with_budget = True
+                figure.add_scatter(
+                    x=x, y=[float(v / budget * 100) for v in y], mode="lines",
+                    name=f"{name}, % of budget", line=line, legendgroup=team.slug,
+                    showlegend=False, row=2, col=1,
+                    hovertemplate="%{y:.1f} % of " + f"{budget:,.2f} {settings.BILLING_CURRENCY}",
+                )  # fmt: skip
+    if not with_budget:
+        figure.add_annotation(
+            text="No budget set for this month", xref="x2 domain", yref="y2 domain",
+            x=0.5, y=0.5, showarrow=False,
+        )  # fmt: skip
+    for level in BUDGET_THRESHOLDS if with_budget else ():
+        figure.add_hline(
+            y=level, row=2, col=1, line={"color": GREY, "width": 1, "dash": "dash"},
+            annotation_text=f"{level} %", annotation_position="right",
+        )  # fmt: skip
     return _figure_json(figure)
 
 
@@ -113,7 +155,7 @@ def _by_model(period, team_ids, include_platform) -> dict:
         .annotate(total=Sum("cost"))
         .order_by("gpu_model__name")
     )
-    figure = go.Figure(layout={**LAYOUT, "yaxis": {"title": "cost"}})
+    figure = go.Figure(layout={**LAYOUT, "yaxis": _money_axis(), "xaxis": {"title": "GPU model"}})
     figure.add_bar(x=[r["gpu_model__name"] for r in rows], y=[float(r["total"]) for r in rows],
                    marker_color=PALETTE[0], name="cost")  # fmt: skip
     return _figure_json(figure)
@@ -121,7 +163,9 @@ def _by_model(period, team_ids, include_platform) -> dict:
 
 def _over_quota(totals) -> dict:
     teams = [t for t in totals if t["team_id"] is not None]
-    figure = go.Figure(layout={**LAYOUT, "barmode": "stack", "yaxis": {"title": "cost"}})
+    figure = go.Figure(
+        layout={**LAYOUT, "barmode": "stack", "yaxis": _money_axis(), "xaxis": {"title": "Team"}}
+    )
     names = [t["sub_account"] for t in teams]
     figure.add_bar(name="within guarantee", x=names,
                    y=[float(t["cost"] - t["over_quota_cost"]) for t in teams])  # fmt: skip

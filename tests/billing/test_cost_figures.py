@@ -1,0 +1,75 @@
+"""Cost dashboard figures: budgets must not flatten the spend lines (their own panel and axis),
+and every money axis names the currency."""
+
+from datetime import timedelta
+from decimal import Decimal
+
+import pytest
+
+from apps.billing.figures import cost_figures
+from apps.billing.metering import meter_interval
+from apps.billing.models import BillingPeriod, Budget
+from tests.billing.conftest import AFTER_NOV, DEC, NOV
+from tests.billing.test_metering import book
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def november_with_budget(team, member, fleet, rates):
+    """vision books one H100 for 6 h on Nov 5 (6 x 2.50 = 15.00) against a 5,000.00 budget."""
+    book(
+        team,
+        member,
+        [fleet[0].gpus.first()],
+        NOV + timedelta(days=4),
+        NOV + timedelta(days=4, hours=6),
+    )
+    meter_interval(start=NOV, end=DEC, now=AFTER_NOV)
+    period = BillingPeriod.objects.get(month=NOV.date())
+    Budget.objects.create(team=team, period=period, amount=Decimal("5000"))
+    return period
+
+
+def _traces(figure):
+    return {t["name"]: t for t in figure["data"]}
+
+
+def test_budget_has_its_own_panel_and_the_spend_keeps_its_scale(november_with_budget, team):
+    figures = cost_figures(
+        period=november_with_budget, teams=[team], include_platform=False, now=AFTER_NOV
+    )["figures"]
+    burn = figures["burn-down"]
+    traces = _traces(burn)
+    spent = traces["vision spent"]
+    assert spent.get("yaxis", "y") == "y"
+    assert spent["y"][-1] == pytest.approx(15.0)
+    # Nothing drawn on the money axis comes near the 5,000 budget: the spend line is not flat.
+    on_money_axis = [t for t in burn["data"] if t.get("yaxis", "y") == "y"]
+    assert max(max(t["y"]) for t in on_money_axis) == pytest.approx(15.0)
+    # The budget is read on its own axis, as the share used: 15 / 5000 = 0.3 %.
+    share = traces["vision spent, % of budget"]
+    assert share["yaxis"] == "y2"
+    assert share["y"][-1] == pytest.approx(0.3)
+    layout = burn["layout"]
+    assert layout["yaxis"]["title"]["text"] == "Cumulative cost (USD)"
+    assert layout["yaxis2"]["title"]["text"] == "Budget used (%)"
+    alert_lines = sorted(s["y0"] for s in layout["shapes"] if s["yref"] == "y2")
+    assert alert_lines == [50, 80, 100]
+
+
+def test_without_a_budget_the_panel_says_so(november_with_budget, team):
+    Budget.objects.all().delete()
+    burn = cost_figures(
+        period=november_with_budget, teams=[team], include_platform=False, now=AFTER_NOV
+    )["figures"]["burn-down"]
+    assert all(t.get("yaxis", "y") == "y" for t in burn["data"])
+    assert [a["text"] for a in burn["layout"]["annotations"]] == ["No budget set for this month"]
+
+
+def test_money_axes_name_the_currency(november_with_budget, team):
+    figures = cost_figures(
+        period=november_with_budget, teams=[team], include_platform=False, now=AFTER_NOV
+    )["figures"]
+    for name in ("cost-by-month", "by-model", "over-quota"):
+        assert figures[name]["layout"]["yaxis"]["title"]["text"] == "Cost (USD)", name
