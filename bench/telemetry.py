@@ -7,6 +7,10 @@
 (b) end-to-end lag: 1,000 simulated GPUs (125 nodes x 8) polled every 15 s through real Redis
     into a real portal Celery worker (solo pool) and PostgreSQL, vs the lag of the same poll's
     batches ingested in-process (no broker). Target: p95 < 5 s.
+(d) queue drain: 2,000 agent batches (250 nodes x 8 polls) queued on Redis, taken by the
+    portal's loss-free drain (LMOVE into a registered processing list) vs kombu's own consumer
+    (`basic_get` + ack, the earlier path, which can lose a batch to a SIGKILL), both storing the
+    same batches through telemetry_ingest_many. Shows what crash safety costs.
 (c) rollups: one hour of raw samples of 1,000 GPUs at 15 s (240,000 rows), rollup_minutes and
     rollup_hours vs one plain GROUP BY (gpu_id, minute) over the same rows. Target: < 5 s.
 
@@ -879,12 +883,63 @@ def bench_rollups(nodes: int = 125, per_node: int = 8) -> None:
     )
 
 
+# --- (d) queue drain ---------------------------------------------------------------------------
+
+
+def bench_drain(nodes: int = 250, polls: int = 8, per_node: int = 8) -> None:
+    from django.conf import settings
+
+    from apps.telemetry import drain
+    from portal.celery import app
+
+    reset_tables()
+    fleet = make_fleet("drain", nodes, per_node)
+    rng = random.Random(11)
+    energy: dict = {}
+    start = time.time() - polls * POLL_SECONDS
+    batches = [
+        b
+        for r in range(polls)
+        for b in make_batches(fleet, start + r * POLL_SECONDS, r + 1, rng, energy)
+    ]
+    total = sum(len(b["samples"]) for b in batches)
+    print(f"\n(d) queue drain: {len(batches)} batches ({total} samples) queued on Redis")
+
+    def queue_all() -> None:
+        for payload in batches:
+            app.send_task("telemetry.ingest", args=[payload], queue=settings.TELEMETRY_QUEUE)
+
+    def timed(run) -> tuple[float, int]:
+        truncate_samples()
+        queue_all()
+        t0 = time.perf_counter()
+        stored = 0
+        while True:
+            result = run()
+            if not result["batches"]:
+                break
+            stored += result["stored"]
+        return time.perf_counter() - t0, stored
+
+    results = {}
+    for name, run in (
+        ("portal drain (LMOVE, loss-free)", lambda: drain.telemetry_drain(max_batches=500)),
+        ("kombu basic_get + ack (baseline)", lambda: drain._drain_with_kombu(500)),
+    ):
+        seconds, stored = timed(run)
+        assert stored == total, (name, stored, total)
+        results[name] = seconds
+        print(f"  {name:36s} {seconds:7.2f} s   {total / seconds:9,.0f} samples/s")
+    portal, baseline = results.values()
+    print(f"  ratio (portal / baseline) time: {portal / baseline:.2f}")
+
+
 # --- main ------------------------------------------------------------------------------------
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--only", choices=("a", "b", "c"), help="run one part")
+    parser.add_argument("--only", choices=("a", "b", "c", "d"), help="run one part")
     parser.add_argument("--minutes", type=float, default=3.0, help="(b) how long to poll")
     parser.add_argument("--gpus", type=int, default=1000, help="(b) simulated GPUs")
     parser.add_argument("--agent-mode", choices=("nodes", "processes"), default="nodes")
@@ -921,6 +976,8 @@ def main() -> None:
         bench_lag(args)
     if args.only in (None, "c"):
         bench_rollups()
+    if args.only in (None, "d"):
+        bench_drain()
     print(f"\ntotal {time.perf_counter() - t0:.0f} s")
 
 
