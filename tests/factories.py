@@ -1,3 +1,5 @@
+from datetime import UTC, datetime
+
 import factory
 
 from apps.fleet.models import Gpu, GpuModel, Node
@@ -76,6 +78,8 @@ class GpuFactory(factory.django.DjangoModelFactory):
     uuid = factory.Sequence(lambda n: f"GPU-00000000-0000-0000-0000-{n:012d}")
     model = factory.SubFactory(GpuModelFactory)
     nvlink_domain = factory.LazyAttribute(lambda g: f"{g.node.hostname}/nvl0")
+    # Test fleets have been in service all year, so past months bill their whole capacity.
+    in_fleet_since = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def make_node_with_gpus(hostname: str, count: int, model_name: str = "H100-SXM-80GB") -> Node:

@@ -1,6 +1,8 @@
-"""Demo data for billing: prices, this month's budgets, five weeks of past bookings, metered.
+"""Demo data for billing: prices, past bookings, then (once the demo's telemetry exists, so
+busy hours and energy are charged as measured) the metering and this month's budgets.
 
-Called by `manage.py seed_demo`; does nothing on a database that already has a ledger.
+Called by `manage.py seed_demo` in that order; does nothing on a database that already has a
+ledger.
 """
 
 import random
@@ -30,14 +32,13 @@ BUDGETS = {
     "speech": ("2500", Enforcement.ALERT),
     "robotics": ("1500", Enforcement.BLOCK),
 }
-HISTORY_DAYS = 35
 
 
-def seed_billing_demo(*, now=None) -> None:
+def seed_billing_demo(*, start, now=None) -> None:
+    """Rate cards and completed bookings from `start` (the demo fleet's first hour) to now."""
     if LedgerEntry.objects.exists():
         return
     now = now or timezone.now()
-    start = (now - timedelta(days=HISTORY_DAYS)).replace(minute=0, second=0, microsecond=0)
     for name, price in PRICES.items():
         model = GpuModel.objects.filter(name=name).first()
         if model and not RateCard.objects.filter(gpu_model=model).exists():
@@ -49,6 +50,14 @@ def seed_billing_demo(*, now=None) -> None:
                 energy_price_per_kwh=Decimal("0.21"),
             )
     _past_bookings(start, now - timedelta(hours=2))
+
+
+def meter_billing_demo(*, start, now=None) -> None:
+    """Charge the demo's history (after its telemetry is written) and set this month's
+    budgets."""
+    if LedgerEntry.objects.exists():
+        return
+    now = now or timezone.now()
     meter_interval(start=start, end=now)
     period = period_get_or_create(month_start(now))
     for slug, (amount, enforcement) in BUDGETS.items():

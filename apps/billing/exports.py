@@ -6,7 +6,11 @@ then day, GPU model, source), each line's cost is round(total up to and includin
 round(total before it). So every line is within a cent of its exact cost, and any team's lines,
 the platform's lines and all lines together sum exactly to their rounded exact totals; every
 format and detail level gives the same team totals, and the team totals plus the platform's
-unallocated capacity equal the fleet's cost to the cent.
+unallocated capacity equal the fleet's cost to the cent. A line's components (held-idle cost,
+over-quota cost, energy cost) follow the same rule from the same running total: a component c
+is round(total before the line + c) minus round(total before the line), so a component is never
+negative and never more than its line. Exact totals come from the database with `ExactSum`, so
+both databases (PostgreSQL, and SQLite, which keeps decimals as floats) give the same cents.
 
 Exports stream: rows come from the database in chunks and leave as they are written, so memory
 stays bounded whatever the period's size (XLSX is written in openpyxl's write-only mode to a
@@ -23,11 +27,12 @@ from decimal import ROUND_HALF_EVEN, Decimal
 from functools import lru_cache
 
 from django.conf import settings
-from django.db.models import Case, DecimalField, ExpressionWrapper, F, IntegerField, Q, Sum, When
+from django.db.models import Case, F, IntegerField, Sum, Value, When
 from django.db.models.functions import TruncDate
 
 from apps.billing.choices import PLATFORM_COST_CENTER, ChargeSource
 from apps.billing.models import BillingPeriod, LedgerEntry
+from apps.billing.money import ExactSum
 from apps.billing.periods import month_bounds
 
 CENT = Decimal("0.01")
@@ -53,7 +58,11 @@ class RunningRounder:
         self.exact = carried
         self.rounded = cents(carried)
 
-    def take(self, amount: Decimal) -> Decimal:
+    def take(self, amount: Decimal, parts: dict | None = None) -> Decimal:
+        """The rounded amount; each of `parts` (components of the amount) is replaced in place
+        by its rounded value, taken from the same running total (never above the amount)."""
+        for name, part in (parts or {}).items():
+            parts[name] = cents(self.exact + (part or 0)) - self.rounded
         self.exact += amount
         previous, self.rounded = self.rounded, cents(self.exact)
         return self.rounded - previous
@@ -78,18 +87,16 @@ def _held_idle_seconds():
     )
 
 
-def _held_idle_cost():
-    return Case(
-        When(
-            Q(source=ChargeSource.RESERVATION) & Q(gpu_seconds__gt=0),
-            then=ExpressionWrapper(
-                F("gpu_cost") * (F("gpu_seconds") - F("busy_seconds")) / F("gpu_seconds"),
-                output_field=DecimalField(max_digits=30, decimal_places=10),
-            ),
+def _money_sums() -> dict:
+    """Exact sums of a group of ledger rows (see `ExactSum`)."""
+    return {
+        "exact_cost": ExactSum("cost"),
+        "held_idle_cost": ExactSum("idle_cost"),
+        "sum_energy_cost": ExactSum("energy_cost"),
+        "over_quota_cost": ExactSum(
+            Case(When(over_quota=True, then=F("cost")), default=Value(Decimal(0)))
         ),
-        default=Decimal(0),
-        output_field=DecimalField(max_digits=30, decimal_places=10),
-    )
+    }
 
 
 GROUP_FIELDS = {
@@ -120,13 +127,9 @@ def _lines_queryset(scope: ExportScope):
             sum_gpu_seconds=Sum("gpu_seconds"),
             sum_busy_seconds=Sum("busy_seconds"),
             held_idle_seconds=Sum(_held_idle_seconds()),
-            sum_energy_kwh=Sum("energy_kwh"),
-            exact_cost=Sum("cost"),
-            sum_gpu_cost=Sum("gpu_cost"),
-            sum_energy_cost=Sum("energy_cost"),
-            held_idle_cost=Sum(_held_idle_cost()),
-            over_quota_cost=Sum(Case(When(over_quota=True, then=F("cost")), default=Decimal(0))),
+            sum_energy_kwh=ExactSum("energy_kwh", places=6),
             over_quota_seconds=Sum(Case(When(over_quota=True, then=F("gpu_seconds")), default=0)),
+            **_money_sums(),
         )
         .order_by(*order)
     )
@@ -140,7 +143,7 @@ def _carried_before(scope: ExportScope) -> Decimal:
     totals = (
         LedgerEntry.objects.filter(period=scope.period)
         .values("team_id", "team__slug")
-        .annotate(total=Sum("cost"))
+        .annotate(total=ExactSum("cost"))
         .order_by(*_team_order())
     )
     carried = Decimal(0)
@@ -155,7 +158,7 @@ def export_lines(scope: ExportScope) -> Iterator[dict]:
     """The export's lines in order, each with its exact and its rounded cost."""
     rounder = RunningRounder(_carried_before(scope))
     for row in _lines_queryset(scope).iterator(chunk_size=5000):
-        row["cost"] = rounder.take(row["exact_cost"])
+        _round_line(rounder, row)
         row["sub_account"] = row["team__slug"] or PLATFORM_COST_CENTER
         yield row
 
@@ -170,24 +173,35 @@ def team_totals(period: BillingPeriod) -> list[dict]:
             sum_gpu_seconds=Sum("gpu_seconds"),
             sum_busy_seconds=Sum("busy_seconds"),
             held_idle_seconds=Sum(_held_idle_seconds()),
-            held_idle_cost=Sum(_held_idle_cost()),
-            over_quota_cost=Sum(Case(When(over_quota=True, then=F("cost")), default=Decimal(0))),
-            exact_cost=Sum("cost"),
+            sum_energy_kwh=ExactSum("energy_kwh", places=6),
+            **_money_sums(),
         )
         .order_by(*_team_order())
     )
     rounder = RunningRounder()
     result = []
     for row in rows:
-        row["cost"] = rounder.take(row["exact_cost"])
+        _round_line(rounder, row)
         row["sub_account"] = row["team__slug"] or PLATFORM_COST_CENTER
         row["gpu_hours"] = gpu_hours(row["sum_gpu_seconds"])
         row["busy_gpu_hours"] = gpu_hours(row["sum_busy_seconds"])
         row["held_idle_gpu_hours"] = gpu_hours(row["held_idle_seconds"])
-        row["held_idle_cost"] = cents(row["held_idle_cost"] or Decimal(0))
-        row["over_quota_cost"] = cents(row["over_quota_cost"] or Decimal(0))
         result.append(row)
     return result
+
+
+COMPONENTS = ("held_idle_cost", "over_quota_cost", "energy_cost")
+
+
+def _round_line(rounder: RunningRounder, row: dict) -> None:
+    """Round a line's cost and its components with the running total (module docstring)."""
+    parts = {
+        "held_idle_cost": row["held_idle_cost"],
+        "over_quota_cost": row["over_quota_cost"],
+        "energy_cost": row["sum_energy_cost"],
+    }
+    row["cost"] = rounder.take(row["exact_cost"], parts)
+    row.update(parts)
 
 
 # ---- CSV / JSON ------------------------------------------------------------------------------
@@ -202,7 +216,7 @@ def table_columns(level: str, *, showback: bool) -> list[str]:
         columns += [] if showback else ["unit_price"]
     columns += ["gpu_hours", "busy_gpu_hours", "held_idle_gpu_hours", "over_quota_gpu_hours"]
     columns += ["energy_kwh"]
-    columns += [] if showback else ["cost", "held_idle_cost", "over_quota_cost", "currency"]
+    columns += [] if showback else ["cost", *COMPONENTS, "currency"]
     return [*columns, "draft"]
 
 
@@ -229,8 +243,9 @@ def table_rows(scope: ExportScope) -> Iterator[dict]:
             "over_quota_gpu_hours": gpu_hours(line["over_quota_seconds"]),
             "energy_kwh": line["sum_energy_kwh"],
             "cost": line["cost"],
-            "held_idle_cost": cents(line["held_idle_cost"] or Decimal(0)),
-            "over_quota_cost": cents(line["over_quota_cost"] or Decimal(0)),
+            "held_idle_cost": line["held_idle_cost"],
+            "over_quota_cost": line["over_quota_cost"],
+            "energy_cost": line["energy_cost"],
             "currency": settings.BILLING_CURRENCY,
             "draft": flag(scope.draft),
         }

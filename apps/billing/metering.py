@@ -3,8 +3,8 @@
 What is charged, per GPU, over complete UTC hours:
 - reservations, for their reserved time (active holdings), to the booking team;
 - jobs that run outside a reservation, for their allocations' run time, to the job's team;
-- every other second of every GPU in the fleet (not retired, not a MIG slice), as unallocated
-  capacity, to the platform cost center.
+- every other second of every GPU while it is in the fleet (from `in_fleet_since` until
+  `retired_at`; never a MIG slice), as unallocated capacity, to the platform cost center.
 So, for any interval, team charges + platform idle = fleet GPU-seconds x rates, exactly.
 
 Time is cut into slices at every UTC hour and wherever a rate card starts or ends, so the same
@@ -14,7 +14,16 @@ use always produces the same slices whatever interval a run covers; the ledger's
 
 Cost keeps full precision (10 decimal places): GPU cost = seconds x price / 3600 (x the
 over-quota multiplier for work above the guarantee), energy cost = kWh x energy price, where
-busy seconds and energy come from the hour rollups, prorated to the slice.
+busy seconds and energy come from the hour rollups, prorated to the slice. A booking's
+`idle_cost` is the share of its GPU cost the GPU sat idle.
+
+Late telemetry. Rollups of an hour can arrive or change after the hour was charged (an agent
+flushing its buffer after a broker outage, rollups recomputed). Every run therefore also
+re-derives the telemetry figures (busy seconds, energy, energy cost, idle cost) of the slices it
+covers that are already charged, and where they differ appends a correction row (revision 1,
+2, ...: no GPU seconds or GPU cost, only the differences). Charges are never edited, the
+differences are booked once, and slices of a closed period are left alone. The hourly run
+covers the whole open month, so late data is picked up for as long as the month is open.
 """
 
 from bisect import bisect_right
@@ -26,10 +35,12 @@ from functools import lru_cache
 
 from django.apps import apps as django_apps
 from django.db import connection, transaction
+from django.db.models import Max, Sum
 from django.utils import timezone
 
 from apps.billing.choices import ChargeSource
 from apps.billing.models import BillingPeriod, LedgerEntry, RateCard
+from apps.billing.money import ExactSum
 from apps.billing.periods import month_bounds, month_start
 from apps.fleet.choices import GpuStatus
 from apps.fleet.models import Gpu
@@ -62,7 +73,9 @@ LEDGER_COLUMNS = (
     "over_quota",
     "gpu_cost",
     "energy_cost",
+    "idle_cost",
     "cost",
+    "revision",
     "created_at",
 )
 
@@ -84,6 +97,7 @@ class MeterResult:
     start: datetime
     end: datetime
     inserted: int = 0
+    corrected: int = 0  # correction rows appended for telemetry that changed after charging
     skipped_closed: int = 0  # slices that fall in a closed period and were not charged
     periods: list[int] = field(default_factory=list)
 
@@ -103,9 +117,10 @@ def _instant(epoch: int) -> datetime:
 
 def meter_interval(*, start: datetime, end: datetime, now: datetime | None = None) -> MeterResult:
     """Charge all GPU use in [start, end), widened to whole hours and cut at the last complete
-    hour. Idempotent: running it again, or over an overlapping interval, inserts nothing twice.
-    Slices in a closed period are not charged (counted in `skipped_closed`). Runs are serialized
-    (a database lock), so concurrent runs cannot race."""
+    hour, and correct the telemetry figures of slices already charged there (see the module
+    docstring). Idempotent: running it again, or over an overlapping interval, inserts nothing
+    twice. Slices in a closed period are neither charged nor corrected (counted in
+    `skipped_closed`). Runs are serialized (a database lock), so concurrent runs cannot race."""
     now = now or timezone.now()
     start = floor_hour(start)
     end = min(floor_hour(end + HOUR - timedelta(microseconds=1)), floor_hour(now))
@@ -116,18 +131,15 @@ def meter_interval(*, start: datetime, end: datetime, now: datetime | None = Non
         _serialize_metering()
         periods = _periods_for(start, end)
         result.periods = [p.pk for p in periods]
-        fresh = not (
-            LedgerEntry.objects.filter(slice_start__gte=start, slice_start__lt=end)
-            .exclude(source=ChargeSource.ADJUSTMENT)
-            .exists()
-        )
         rows = _ledger_rows(start, end, periods, result)
+        # Every row is new: its key was looked up under the lock (a charge not yet there, or a
+        # correction numbered after the last one), so PostgreSQL may COPY straight in.
         result.inserted = insert_ignoring_duplicates(
             LedgerEntry._meta.db_table,
             LEDGER_COLUMNS,
             rows,
-            conflict=("slice_start", "gpu_id", "source", "source_id"),
-            known_new=fresh,
+            conflict=("slice_start", "gpu_id", "source", "source_id", "revision"),
+            known_new=True,
         )
         for period in periods:
             if not period.is_closed and (
@@ -151,6 +163,7 @@ def _ledger_rows(start: datetime, end: datetime, periods: list, result: MeterRes
     start_s, end_s = _epoch(start), _epoch(end)
     rates = _RateBook()
     rollups = _rollups(start, end)
+    charged = _charged(start, end)
     gpu_uses = list(_uses_per_gpu(start, end))
     period_of = {}
     for period in periods:
@@ -160,21 +173,84 @@ def _ledger_rows(start: datetime, end: datetime, periods: list, result: MeterRes
     created = timezone.now()
 
     def rows():
-        for gpu_id, model_id, in_fleet, uses in gpu_uses:
+        for gpu_id, model_id, fleet_window, uses in gpu_uses:
             cuts = rates.cuts(model_id)
-            for use in _with_unallocated(uses, start_s, end_s, in_fleet):
+            for use in _with_unallocated(uses, start_s, end_s, fleet_window):
                 for piece_start, piece_end in _slices(use.start, use.end, cuts):
                     hour = piece_start - piece_start % 3600
                     period = period_of[hour]
                     if period.is_closed:
                         result.skipped_closed += 1
                         continue
-                    yield _ledger_row(
+                    row = _ledger_row(
                         period.pk, gpu_id, model_id, use, piece_start, piece_end,
                         rates.card_at(model_id, piece_start), rollups.get((gpu_id, hour)), created,
                     )  # fmt: skip
+                    before = charged.get((piece_start, gpu_id, use.source, use.source_id))
+                    if before is None:
+                        yield row
+                        continue
+                    correction = _correction(row, before)
+                    if correction is not None:
+                        result.corrected += 1
+                        yield correction
 
     return rows()
+
+
+# Positions in a ledger row tuple (LEDGER_COLUMNS order) of what telemetry decides.
+BUSY, ENERGY, GPU_COST, ENERGY_COST, IDLE_COST, COST, REVISION = (
+    LEDGER_COLUMNS.index(name)
+    for name in (
+        "busy_seconds", "energy_kwh", "gpu_cost", "energy_cost", "idle_cost", "cost", "revision"
+    )
+)  # fmt: skip
+SECONDS = LEDGER_COLUMNS.index("gpu_seconds")
+
+
+def _charged(start: datetime, end: datetime) -> dict:
+    """What the ledger already says about each slice charged in [start, end), corrections
+    included: {(slice start, gpu, source, source id): (busy s, kWh, energy cost, idle cost,
+    last revision)}."""
+    rows = (
+        LedgerEntry.objects.filter(slice_start__gte=start, slice_start__lt=end)
+        .exclude(source=ChargeSource.ADJUSTMENT)
+        .values("slice_start", "gpu_id", "source", "source_id")
+        .annotate(
+            busy=Sum("busy_seconds"),
+            kwh=ExactSum("energy_kwh", places=6),
+            energy_cost=ExactSum("energy_cost"),
+            idle_cost=ExactSum("idle_cost"),
+            revision=Max("revision"),
+        )
+        .order_by()
+    )
+    return {
+        (_epoch(r["slice_start"]), r["gpu_id"], r["source"], r["source_id"]): (
+            r["busy"], r["kwh"], r["energy_cost"], r["idle_cost"], r["revision"]
+        )
+        for r in rows
+    }  # fmt: skip
+
+
+def _correction(row: tuple, before: tuple) -> tuple | None:
+    """The row that brings a charged slice's telemetry figures to what `row` says now, or None
+    when they already agree. It carries only differences: no GPU seconds, no GPU cost."""
+    busy, kwh, energy_cost, idle_cost, revision = before
+    if (row[BUSY], row[ENERGY], row[ENERGY_COST], row[IDLE_COST]) == (
+        busy, kwh, energy_cost, idle_cost
+    ):  # fmt: skip
+        return None
+    correction = list(row)
+    correction[SECONDS] = 0
+    correction[BUSY] = row[BUSY] - busy
+    correction[ENERGY] = row[ENERGY] - kwh
+    correction[GPU_COST] = ZERO
+    correction[ENERGY_COST] = row[ENERGY_COST] - energy_cost
+    correction[IDLE_COST] = row[IDLE_COST] - idle_cost
+    correction[COST] = correction[ENERGY_COST]
+    correction[REVISION] = revision + 1
+    return tuple(correction)
 
 
 def _periods_for(start: datetime, end: datetime) -> list[BillingPeriod]:
@@ -224,7 +300,8 @@ def _rollups(start: datetime, end: datetime) -> dict:
 
 
 def _uses_per_gpu(start: datetime, end: datetime):
-    """(gpu id, model id, in fleet, [Use sorted by start]) for every GPU that matters."""
+    """(gpu id, model id, fleet window, [Use sorted by start]) for every GPU that matters; the
+    fleet window is the (start, end) in epoch seconds of its time in the fleet, or None."""
     uses: dict[int, list[Use]] = defaultdict(list)
     holdings = (
         ReservationGpu.objects.filter(active=True, start__lt=end, end__gt=start)
@@ -239,11 +316,29 @@ def _uses_per_gpu(start: datetime, end: datetime):
         )
     for gpu_id, use in _job_uses(start, end):
         uses[gpu_id].append(use)
-    gpus = Gpu.objects.values_list("id", "model_id", "status", "mig_parent_id")
-    for gpu_id, model_id, status, mig_parent_id in gpus:
-        in_fleet = status != GpuStatus.RETIRED and mig_parent_id is None
-        if in_fleet or uses.get(gpu_id):
-            yield gpu_id, model_id, in_fleet, sorted(uses.get(gpu_id, ()), key=lambda u: u.start)
+    gpus = Gpu.objects.values_list(
+        "id", "model_id", "status", "mig_parent_id", "in_fleet_since", "retired_at"
+    )
+    for gpu_id, model_id, status, mig_parent_id, since, retired_at in gpus:
+        window = _fleet_window(status, mig_parent_id, since, retired_at)
+        in_interval = window is not None and window[0] < _epoch(end) and window[1] > _epoch(start)
+        if in_interval or uses.get(gpu_id):
+            yield gpu_id, model_id, window, sorted(uses.get(gpu_id, ()), key=lambda u: u.start)
+
+
+FOREVER = 2**62
+
+
+def _fleet_window(status, mig_parent_id, since, retired_at) -> tuple[int, int] | None:
+    """[joined, left) of a GPU's capacity in epoch seconds; None for a MIG slice (its parent
+    is the capacity) or a GPU retired at an unknown time."""
+    if mig_parent_id is not None:
+        return None
+    if retired_at is None and status == GpuStatus.RETIRED:
+        return None
+    left = _epoch(retired_at) if retired_at is not None else FOREVER
+    joined = _epoch(since)
+    return (joined, left) if left > joined else None
 
 
 def _job_uses(start: datetime, end: datetime):
@@ -265,20 +360,27 @@ def _job_uses(start: datetime, end: datetime):
         )
 
 
-def _with_unallocated(uses: list[Use], start: int, end: int, in_fleet: bool):
+def _with_unallocated(uses: list[Use], start: int, end: int, fleet_window):
     """The uses clipped to [start, end) and made disjoint (an overlap is charged once, to the
-    earlier use), with the gaps between them as unallocated capacity for fleet GPUs."""
+    earlier use), with the gaps between them, inside the GPU's time in the fleet, as
+    unallocated capacity."""
     cursor = start
     for use in uses:
         use_start, use_end = max(use.start, cursor), min(use.end, end)
         if use_end <= use_start:
             continue
-        if in_fleet and use_start > cursor:
-            yield Use(cursor, use_start, ChargeSource.UNALLOCATED, 0, None, False)
+        yield from _unallocated(cursor, use_start, fleet_window)
         yield Use(use_start, use_end, use.source, use.source_id, use.team_id, use.over_quota)
         cursor = use_end
-    if in_fleet and cursor < end:
-        yield Use(cursor, end, ChargeSource.UNALLOCATED, 0, None, False)
+    yield from _unallocated(cursor, end, fleet_window)
+
+
+def _unallocated(start: int, end: int, fleet_window):
+    if fleet_window is None:
+        return
+    start, end = max(start, fleet_window[0]), min(end, fleet_window[1])
+    if start < end:
+        yield Use(start, end, ChargeSource.UNALLOCATED, 0, None, False)
 
 
 def _slices(start: int, end: int, rate_cuts: list[int]):
@@ -311,9 +413,12 @@ def _ledger_row(period_id, gpu_id, model_id, use, piece_start, piece_end, card, 
         gpu_cost = (seconds * unit_price * multiplier / SECONDS_PER_HOUR).quantize(COST_PLACES)
         energy_price = card.energy_price_per_kwh
         energy_cost = (energy_kwh * energy_price).quantize(COST_PLACES) if energy_price else ZERO
+    idle_cost = ZERO
+    if use.source == ChargeSource.RESERVATION and gpu_cost:
+        idle_cost = (gpu_cost * (seconds - busy_seconds) / seconds).quantize(COST_PLACES)
     return (
         period_id, use.team_id, use.source, use.source_id, gpu_id, model_id,
         _instant(piece_start), _instant(piece_end), seconds, busy_seconds, energy_kwh,
         card.pk if card else None, unit_price, use.over_quota,
-        gpu_cost, energy_cost, gpu_cost + energy_cost, created,
+        gpu_cost, energy_cost, idle_cost, gpu_cost + energy_cost, 0, created,
     )  # fmt: skip

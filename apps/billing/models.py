@@ -85,8 +85,8 @@ class BillingPeriod(models.Model):
 
 class LedgerEntry(models.Model):
     """One charge: a source's use of one GPU over one slice (a UTC hour, cut where the rate
-    changes), or an adjustment. Append-only; (source, GPU, slice) is unique, so re-metering
-    an interval inserts nothing twice."""
+    changes), a correction of one, or an adjustment. Append-only; (source, GPU, slice,
+    revision) is unique, so re-metering an interval inserts nothing twice."""
 
     id = models.BigAutoField(primary_key=True)
     period = models.ForeignKey(BillingPeriod, on_delete=models.PROTECT, related_name="entries")
@@ -104,7 +104,8 @@ class LedgerEntry(models.Model):
     slice_start = models.DateTimeField()
     slice_end = models.DateTimeField()
     gpu_seconds = models.PositiveIntegerField(default=0)
-    busy_seconds = models.PositiveIntegerField(default=0)
+    # Negative only in a correction that lowers an earlier figure.
+    busy_seconds = models.IntegerField(default=0)
     energy_kwh = models.DecimalField(max_digits=16, decimal_places=6, default=Decimal(0))
     rate_card = models.ForeignKey(
         RateCard, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
@@ -113,7 +114,19 @@ class LedgerEntry(models.Model):
     over_quota = models.BooleanField(default=False)
     gpu_cost = models.DecimalField(**PRECISE_MONEY, default=Decimal(0))
     energy_cost = models.DecimalField(**PRECISE_MONEY, default=Decimal(0))
+    idle_cost = models.DecimalField(
+        **PRECISE_MONEY,
+        default=Decimal(0),
+        help_text="The part of gpu_cost a booking held idle (reservations only).",
+    )
     cost = models.DecimalField(**PRECISE_MONEY, help_text="gpu_cost + energy_cost.")
+    revision = models.PositiveSmallIntegerField(
+        default=0,
+        help_text=(
+            "0: the charge of the slice. 1, 2, ...: corrections appended when telemetry of the "
+            "slice arrived or changed after it was charged (busy seconds, energy and their cost)."
+        ),
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -121,8 +134,8 @@ class LedgerEntry(models.Model):
         constraints = [
             models.UniqueConstraint(
                 # slice_start first: metering asks "is anything charged in this window yet?"
-                fields=["slice_start", "gpu", "source", "source_id"],
-                name="ledger_unique_source_gpu_slice",
+                fields=["slice_start", "gpu", "source", "source_id", "revision"],
+                name="ledger_unique_source_gpu_slice_revision",
             ),
             models.CheckConstraint(
                 condition=Q(slice_end__gte=F("slice_start")),

@@ -1,5 +1,6 @@
 from django.db import models
 from django.db.models import Q
+from django.utils import timezone
 
 from apps.fleet.choices import GpuHealth, GpuStatus, NodeStatus
 
@@ -52,6 +53,13 @@ class Gpu(models.Model):
         "self", null=True, blank=True, on_delete=models.CASCADE, related_name="mig_devices"
     )
     mig_profile = models.CharField(max_length=32, blank=True, help_text='e.g. "1g.10gb"')
+    # Metering charges a GPU's unallocated capacity only while it is in the fleet.
+    in_fleet_since = models.DateTimeField(
+        default=timezone.now, help_text="When the GPU joined the fleet (its capacity is billed)."
+    )
+    retired_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the GPU left the fleet; empty: still in it."
+    )
 
     objects = GpuQuerySet.as_manager()
 
@@ -63,6 +71,12 @@ class Gpu(models.Model):
                 condition=Q(mig_parent__isnull=True),
                 name="gpu_unique_node_index",
                 violation_error_message="The node already has a GPU at this index.",
+            ),
+            models.CheckConstraint(
+                condition=Q(retired_at__isnull=True)
+                | Q(retired_at__gte=models.F("in_fleet_since")),
+                name="gpu_retired_after_joining",
+                violation_error_message="A GPU cannot retire before it joined the fleet.",
             ),
             models.CheckConstraint(
                 condition=Q(mig_parent__isnull=True) | ~Q(mig_profile=""),

@@ -59,7 +59,11 @@ def _transition(*, obj, transitions, operation: str, actor, reason: str) -> None
         )
     before = {"status": obj.status}
     obj.status = target
-    obj.save(update_fields=["status"])
+    changed = ["status"]
+    if isinstance(obj, Gpu) and target == GpuStatus.RETIRED:
+        obj.retired_at = timezone.now()  # metering charges its capacity up to here
+        changed.append("retired_at")
+    obj.save(update_fields=changed)
     audit_record(
         actor=actor,
         action=f"{obj._meta.model_name}.{operation}",

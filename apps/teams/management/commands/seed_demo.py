@@ -39,6 +39,9 @@ NODES = [
 ]
 
 
+# How long the demo fleet has been in service: its bookings, telemetry and charges start then.
+HISTORY_DAYS = 30
+
 # team, GPU model (None: all models), guaranteed, limit
 QUOTAS = [
     ("vision", "H100-SXM-80GB", 4, 8),
@@ -94,6 +97,10 @@ class Command(BaseCommand):
             )[0]
             for name, memory in GPU_MODELS
         }
+        now = timezone.now()
+        history_start = (now - timedelta(days=HISTORY_DAYS)).replace(
+            minute=0, second=0, microsecond=0
+        )
         for hostname, model_name, count, nvlink in NODES:
             node, _ = Node.objects.get_or_create(
                 hostname=hostname, defaults={"labels": {"demo": "true", "simulated": "true"}}
@@ -107,6 +114,13 @@ class Command(BaseCommand):
                         "model": models[model_name],
                         "nvlink_domain": f"{hostname}/nvl0" if nvlink else "",
                     },
+                    create_defaults={
+                        "node": node,
+                        "index": index,
+                        "model": models[model_name],
+                        "nvlink_domain": f"{hostname}/nvl0" if nvlink else "",
+                        "in_fleet_since": history_start,
+                    },
                 )
         for slug, model_name, guaranteed, limit in QUOTAS:
             Quota.objects.update_or_create(
@@ -116,12 +130,14 @@ class Command(BaseCommand):
             )
         if not options["without_reservations"]:
             self._seed_reservations(teams, models)
-            from apps.billing.demo import seed_billing_demo
-
-            seed_billing_demo()
+            from apps.billing.demo import meter_billing_demo, seed_billing_demo
             from apps.dashboards.demo import seed_dashboard_history
 
-            seed_dashboard_history()
+            # Bookings first, then the telemetry they caused, then the charges: metering reads
+            # busy hours and energy from that telemetry.
+            seed_billing_demo(start=history_start, now=now)
+            seed_dashboard_history(now=now, days=HISTORY_DAYS)
+            meter_billing_demo(start=history_start, now=now)
         self.stdout.write(
             self.style.SUCCESS(
                 f"Seeded {Team.objects.count()} teams, {User.objects.count()} users, "
