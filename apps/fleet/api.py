@@ -1,4 +1,4 @@
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
@@ -71,6 +71,13 @@ class _StateChangeActions:
         return self._change(request, "retire")
 
 
+@extend_schema_view(
+    list=extend_schema(summary="List GPU nodes"),
+    retrieve=extend_schema(summary="Get one GPU node"),
+    drain=extend_schema(summary="Drain a node: no new work; its bookings move to other GPUs"),
+    undrain=extend_schema(summary="Put a drained node back in service"),
+    retire=extend_schema(summary="Retire a node and its GPUs for good"),
+)
 class NodeViewSet(_StateChangeActions, viewsets.ReadOnlyModelViewSet):
     """GPU nodes. Every signed-in user reads; platform admins drain, undrain and retire."""
 
@@ -85,6 +92,13 @@ class NodeViewSet(_StateChangeActions, viewsets.ReadOnlyModelViewSet):
         return services.node_change_state(node=obj, operation=operation, actor=actor, reason=reason)
 
 
+@extend_schema_view(
+    list=extend_schema(summary="List GPUs and MIG devices"),
+    retrieve=extend_schema(summary="Get one GPU"),
+    drain=extend_schema(summary="Drain a GPU: no new work; its bookings move to another GPU"),
+    undrain=extend_schema(summary="Put a drained GPU back in service"),
+    retire=extend_schema(summary="Retire a GPU for good"),
+)
 class GpuViewSet(_StateChangeActions, viewsets.ReadOnlyModelViewSet):
     """GPUs (and MIG devices), filterable by model, node, status and health."""
 
@@ -111,6 +125,12 @@ class MaintenanceWindowSerializer(serializers.ModelSerializer):
         read_only_fields = ["id", "created_by", "created_at"]
 
 
+@extend_schema_view(
+    list=extend_schema(summary="List maintenance windows"),
+    retrieve=extend_schema(summary="Get one maintenance window"),
+    create=extend_schema(summary="Plan node maintenance (moves overlapping bookings)"),
+    destroy=extend_schema(summary="Cancel a maintenance window"),
+)
 class MaintenanceWindowViewSet(
     mixins.ListModelMixin,
     mixins.RetrieveModelMixin,

@@ -1,4 +1,4 @@
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
@@ -89,6 +89,10 @@ class JobLogSerializer(serializers.Serializer):
     log_tail = serializers.CharField()
 
 
+@extend_schema_view(
+    list=extend_schema(summary="List jobs of your teams"),
+    retrieve=extend_schema(summary="Get one job (status, why it waits, estimated start)"),
+)
 class JobViewSet(
     mixins.ListModelMixin,
     mixins.RetrieveModelMixin,
@@ -107,14 +111,18 @@ class JobViewSet(
     def _reply(self, job, code=status.HTTP_200_OK):
         return Response(JobSerializer(self.get_queryset().get(pk=job.pk)).data, status=code)
 
-    @extend_schema(request=JobInputSerializer, responses={201: JobSerializer})
+    @extend_schema(
+        summary="Submit a job", request=JobInputSerializer, responses={201: JobSerializer}
+    )
     def create(self, request, *args, **kwargs):
         data = JobInputSerializer(data=request.data, context={"request": request})
         data.is_valid(raise_exception=True)
         job = services.job_submit(actor=request.user, **data.validated_data)
         return self._reply(job, status.HTTP_201_CREATED)
 
-    @extend_schema(request=JobCancelInputSerializer, responses=JobSerializer)
+    @extend_schema(
+        summary="Cancel a job", request=JobCancelInputSerializer, responses=JobSerializer
+    )
     @action(detail=True, methods=["post"])
     def cancel(self, request, pk=None):
         data = JobCancelInputSerializer(data=request.data)
@@ -124,7 +132,7 @@ class JobViewSet(
         )
         return self._reply(job)
 
-    @extend_schema(responses=JobLogSerializer)
+    @extend_schema(summary="Last lines of a job's log", responses=JobLogSerializer)
     @action(detail=True, methods=["get"])
     def log(self, request, pk=None):
         job = self.get_object()

@@ -2,7 +2,8 @@ from datetime import timedelta
 
 from django.db.models import Prefetch
 from django.utils import timezone
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema, extend_schema_field, extend_schema_view
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
@@ -33,6 +34,7 @@ class AwareDateTimeField(serializers.DateTimeField):
     }
 
 
+@extend_schema_field(OpenApiTypes.STR)  # a team slug
 class UserTeamField(serializers.SlugRelatedField):
     """A team slug, looked up only among the teams the caller may see (no existence leak)."""
 
@@ -111,6 +113,10 @@ class ExtendInputSerializer(serializers.Serializer):
     end = AwareDateTimeField()
 
 
+@extend_schema_view(
+    list=extend_schema(summary="List reservations of your teams"),
+    retrieve=extend_schema(summary="Get one reservation"),
+)
 class ReservationViewSet(
     mixins.ListModelMixin,
     mixins.RetrieveModelMixin,
@@ -140,14 +146,22 @@ class ReservationViewSet(
             ReservationSerializer(self.get_queryset().get(pk=reservation.pk)).data, status=code
         )
 
-    @extend_schema(request=ReservationInputSerializer, responses={201: ReservationSerializer})
+    @extend_schema(
+        summary="Book GPUs",
+        request=ReservationInputSerializer,
+        responses={201: ReservationSerializer},
+    )
     def create(self, request, *args, **kwargs):
         data = ReservationInputSerializer(data=request.data, context={"request": request})
         data.is_valid(raise_exception=True)
         reservation = services.reservation_create(user=request.user, **data.validated_data)
         return self._reply(reservation, status.HTTP_201_CREATED)
 
-    @extend_schema(request=CancelInputSerializer, responses=ReservationSerializer)
+    @extend_schema(
+        summary="Cancel a reservation",
+        request=CancelInputSerializer,
+        responses=ReservationSerializer,
+    )
     @action(detail=True, methods=["post"])
     def cancel(self, request, pk=None):
         data = CancelInputSerializer(data=request.data)
@@ -157,7 +171,11 @@ class ReservationViewSet(
         )
         return self._reply(reservation)
 
-    @extend_schema(request=ExtendInputSerializer, responses=ReservationSerializer)
+    @extend_schema(
+        summary="Extend a reservation",
+        request=ExtendInputSerializer,
+        responses=ReservationSerializer,
+    )
     @action(detail=True, methods=["post"])
     def extend(self, request, pk=None):
         data = ExtendInputSerializer(data=request.data)
@@ -241,7 +259,9 @@ class AvailabilityView(APIView):
     then one NVLink domain). Durations round up to the booking grid."""
 
     @extend_schema(
-        parameters=[AvailabilityQuerySerializer], responses=AvailabilityResponseSerializer
+        summary="Find free slots for a booking",
+        parameters=[AvailabilityQuerySerializer],
+        responses=AvailabilityResponseSerializer,
     )
     def get(self, request):
         query = AvailabilityQuerySerializer(data=request.query_params)
@@ -264,7 +284,11 @@ class AvailabilityView(APIView):
 class AvailabilityTimelineView(APIView):
     """Free GPUs of a model per time bucket (free for the whole bucket), for calendar views."""
 
-    @extend_schema(parameters=[TimelineQuerySerializer], responses=TimelineResponseSerializer)
+    @extend_schema(
+        summary="Free GPUs of a model over time",
+        parameters=[TimelineQuerySerializer],
+        responses=TimelineResponseSerializer,
+    )
     def get(self, request):
         query = TimelineQuerySerializer(data=request.query_params)
         query.is_valid(raise_exception=True)

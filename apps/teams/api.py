@@ -1,5 +1,5 @@
 from django.shortcuts import get_object_or_404
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
@@ -39,6 +39,9 @@ class MembershipRoleInputSerializer(serializers.Serializer):
     role = serializers.ChoiceField(choices=TeamRole.choices)
 
 
+@extend_schema_view(
+    list=extend_schema(summary="List teams"), retrieve=extend_schema(summary="Get one team")
+)
 class TeamViewSet(viewsets.ReadOnlyModelViewSet):
     """Teams the caller belongs to (all teams for finance and platform admins), by slug."""
 
@@ -50,13 +53,17 @@ class TeamViewSet(viewsets.ReadOnlyModelViewSet):
     def get_queryset(self):
         return selectors.team_list(user=self.request.user)
 
-    @extend_schema(responses=MembershipSerializer(many=True))
+    @extend_schema(summary="List a team's members", responses=MembershipSerializer(many=True))
     @action(detail=True, methods=["get"], pagination_class=None)
     def members(self, request, slug=None):
         team = self.get_object()
         return Response(MembershipSerializer(selectors.team_members(team=team), many=True).data)
 
-    @extend_schema(request=MembershipInputSerializer, responses={201: MembershipSerializer})
+    @extend_schema(
+        summary="Add a member to a team",
+        request=MembershipInputSerializer,
+        responses={201: MembershipSerializer},
+    )
     @members.mapping.post
     def add_member(self, request, slug=None):
         team = self.get_object()
@@ -71,6 +78,7 @@ class TeamViewSet(viewsets.ReadOnlyModelViewSet):
         return Response(MembershipSerializer(membership).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(
+        summary="Remove a member from a team",
         # OpenAPI tooling drops DELETE bodies, so the query parameter is the documented way.
         parameters=[
             OpenApiParameter(
@@ -139,6 +147,14 @@ class QuotaSerializer(serializers.ModelSerializer):
         return data
 
 
+@extend_schema_view(
+    list=extend_schema(summary="List quotas"),
+    retrieve=extend_schema(summary="Get one quota"),
+    create=extend_schema(summary="Set a team's quota for a GPU model (create or replace)"),
+    update=extend_schema(summary="Replace a quota's numbers"),
+    partial_update=extend_schema(summary="Change a quota's guaranteed or limit"),
+    destroy=extend_schema(summary="Delete a quota"),
+)
 class QuotaViewSet(viewsets.ModelViewSet):
     """Team quotas per GPU model. Members read their teams', finance all; platform admins write
     (POST creates or replaces the quota of that team and model)."""
