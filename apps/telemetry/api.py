@@ -2,6 +2,7 @@ from datetime import timedelta
 
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.response import Response
@@ -83,7 +84,7 @@ class IdleView(APIView):
     """Idle GPU-hours (held-but-idle per team, unallocated) over a window, and idle GPUs now.
     Members see their teams' held-idle hours and the unallocated capacity."""
 
-    @extend_schema(parameters=[WindowQuerySerializer])
+    @extend_schema(parameters=[WindowQuerySerializer], responses=OpenApiTypes.OBJECT)
     def get(self, request):
         query = WindowQuerySerializer(data=request.query_params)
         query.is_valid(raise_exception=True)
