@@ -32,6 +32,7 @@ from apps.reservations.models import Reservation
 from apps.teams.models import Membership, Team
 from apps.teams.permissions import is_platform_admin
 from portal.exceptions import ConflictError, PolicyRefusal
+from portal.formatting import format_count
 
 logger = logging.getLogger(__name__)
 
@@ -189,9 +190,8 @@ def job_submit(
         if gpu_model is not None and gpu_model.pk != reservation.gpu_model_id:
             raise ValidationError({"gpu_model": "The reservation is for another GPU model."})
         if gpu_count > reservation.count:
-            raise ValidationError(
-                {"gpu_count": f"The reservation holds only {reservation.count} GPUs."}
-            )
+            held = format_count(reservation.count, "GPU")
+            raise ValidationError({"gpu_count": f"The reservation holds only {held}."})
         gpu_model = reservation.gpu_model
     total, largest = fleet_size(gpu_model)
     what = f"{gpu_model.name} GPUs" if gpu_model else "GPUs"

@@ -29,6 +29,7 @@ from apps.teams.choices import TeamRole
 from apps.teams.models import Membership, Quota, Team
 from apps.teams.permissions import is_platform_admin
 from portal.exceptions import ConflictError, PolicyRefusal
+from portal.formatting import format_count
 
 logger = logging.getLogger(__name__)
 
@@ -121,7 +122,8 @@ def check_quota(
         scope = quota.gpu_model.name if quota.gpu_model else "all GPU models"
         if booked + count > quota.limit:
             raise PolicyRefusal(
-                f"Quota exceeded: team {team.slug} may hold {quota.limit} GPUs of {scope}; "
+                f"Quota exceeded: team {team.slug} may hold {format_count(quota.limit, 'GPU')} "
+                f"of {scope}; "
                 f"{booked} are already booked in this window and you asked for {count}.",
                 code="quota_exceeded",
                 detail={
@@ -165,7 +167,8 @@ def _conflict(*, gpu_model, count, start, end, same_node, free: int) -> Conflict
     )
     where = " on one node" if same_node else ""
     message = (
-        f"Only {free} {gpu_model.name} GPUs are free{where} from {start:%Y-%m-%d %H:%M} to "
+        f"Only {format_count(free, gpu_model.name + ' GPU')} {'is' if free == 1 else 'are'} "
+        f"free{where} from {start:%Y-%m-%d %H:%M} to "
         f"{end:%Y-%m-%d %H:%M} UTC; you asked for {count}."
     )
     if next_slot:
@@ -216,9 +219,8 @@ def reservation_create(
         status="retired"
     )
     if count > existing.count():
-        raise ValidationError(
-            {"count": f"The fleet has only {existing.count()} {gpu_model.name} GPUs."}
-        )
+        fleet = format_count(existing.count(), f"{gpu_model.name} GPU")
+        raise ValidationError({"count": f"The fleet has only {fleet}."})
 
     with transaction.atomic():
         over_quota = check_quota(team=team, gpu_model=gpu_model, count=count, start=start, end=end)

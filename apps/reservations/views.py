@@ -21,6 +21,7 @@ from apps.teams.models import Team
 from apps.teams.permissions import is_finance, is_platform_admin
 from apps.teams.services import quota_set
 from portal.exceptions import ApplicationError, show_on_form
+from portal.formatting import format_count
 
 WHEN = {
     "upcoming": ("Upcoming", [ReservationStatus.SCHEDULED]),
@@ -260,7 +261,8 @@ def quota_admin_view(request):
         if row["overcommitted"]:
             messages.warning(
                 request,
-                f"Guarantees for {row['gpu_model'].name} add up to {row['guaranteed']} GPUs, "
+                f"Guarantees for {row['gpu_model'].name} add up to "
+                f"{format_count(row['guaranteed'], 'GPU')}, "
                 f"more than the {row['capacity']} healthy ones: not every guarantee can be met.",
             )
     return render(

@@ -53,3 +53,23 @@ def test_platform_admin_home_shows_idle_and_quota_pressure(platform_admin, quota
     assert "1 busy, <strong>2 held but idle</strong>, 17 unallocated" in html
     assert 'data-testid="home-quota-pressure"' in html
     assert "<td>vision</td><td>H100-SXM-80GB</td><td>2</td><td>0</td><td>4</td><td>12</td>" in html
+
+
+def test_home_spend_has_thousands_separators_and_the_currency(member, finance_user, team):
+    from decimal import Decimal
+
+    from apps.billing.services import adjustment_create
+
+    adjustment_create(actor=finance_user, team=team, amount=Decimal("1234.5"), reason="support")
+    assert 'data-testid="home-spend">1,234.50 USD</strong>' in home(member)
+
+
+def test_home_booking_times_name_their_zone(member, team, fleet):
+    from apps.fleet.models import Gpu
+    from tests.dashboards.conftest import book
+
+    start = (timezone.now() + timedelta(days=1)).replace(hour=9, minute=0, second=0, microsecond=0)
+    book(team, member, list(Gpu.objects.order_by("pk")[:1]), start, start + timedelta(hours=3))
+    html = home(member)
+    text = f"{start:%b} {start.day}, {start.year}, 09:00 UTC"
+    assert f'<time datetime="{start.isoformat()}" data-style="datetime">{text}</time>' in html

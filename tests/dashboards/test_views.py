@@ -91,3 +91,30 @@ def test_nav_links_to_dashboards_and_cost(member, history):
     assert 'href="/dashboards/utilization/"' in html
     assert 'href="/billing/cost/"' in html
     assert 'href="/dashboards/fleet/"' not in html
+
+
+def test_idle_cost_table_names_the_currency(platform_admin, h100, history):
+    from datetime import timedelta
+    from decimal import Decimal
+
+    from apps.billing.models import RateCard
+
+    RateCard.objects.create(
+        gpu_model=h100,
+        price_per_gpu_hour=Decimal("600"),
+        effective_from=history["now"] - timedelta(days=10),
+    )
+    client = Client()
+    client.force_login(platform_admin)
+    html = client.get("/dashboards/idle/").content.decode()
+    # nlp's held-idle H100: 2 GPU-hours x 600.00 = 1,200.00, with separators and currency.
+    assert "<td>1,200.00 USD</td>" in html
+
+
+def test_utilization_chart_axes_have_units(platform_admin, history):
+    from tests.conftest import client_for
+
+    body = client_for(platform_admin).get("/api/v1/dashboards/utilization/").json()
+    layout = body["figures"]["allocated-busy"]["layout"]
+    assert layout["yaxis"]["title"]["text"] == "GPUs (average over each step)"
+    assert layout["xaxis"]["title"]["text"] == "Time (UTC)"

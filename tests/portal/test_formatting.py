@@ -73,3 +73,22 @@ def test_numbers_money_and_counts():
     assert render('{{ n|counted:"GPU" }} · {{ a|money }}', n=1, a=Decimal("1000")) == (
         "1 GPU · 1,000.00 USD"
     )
+
+
+@pytest.mark.django_db
+def test_messages_count_gpus_in_the_right_number(team, member, h100, tomorrow_9):
+    from apps.reservations.services import reservation_create
+    from apps.teams.models import Quota
+    from portal.exceptions import ApplicationError
+
+    Quota.objects.create(team=team, gpu_model=h100, guaranteed=1, limit=1)
+    with pytest.raises(ApplicationError) as refusal:
+        reservation_create(
+            team=team,
+            user=member,
+            gpu_model=h100,
+            count=2,
+            start=tomorrow_9,
+            end=tomorrow_9 + timedelta(hours=1),
+        )
+    assert f"may hold 1 GPU of {h100.name};" in refusal.value.message
