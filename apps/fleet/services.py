@@ -1,7 +1,8 @@
 """Administrative state changes of nodes and GPUs. Every change is audited.
 
-Health (`up`/`unreachable`, GPU `lost`) is set by telemetry; these services only set what
-platform admins decide: drain (no new work), undrain, retire (permanently out of service).
+Platform admins decide drain (no new work), undrain and retire (permanently out of service);
+telemetry observes reachability (`up`/`unreachable`) and GPU health (`lost`), and records them
+through `node_set_reachable` and `gpu_set_health` below.
 """
 
 from dataclasses import dataclass, field
@@ -15,6 +16,7 @@ from apps.audit.services import audit_record
 from apps.fleet.choices import GpuStatus, NodeStatus
 from apps.fleet.models import Gpu, MaintenanceWindow, Node
 from apps.teams.permissions import is_platform_admin
+from portal import hooks
 from portal.exceptions import ConflictError, PolicyRefusal
 
 NODE_TRANSITIONS: dict[str, tuple[set[str], str]] = {
@@ -161,3 +163,54 @@ def maintenance_cancel(*, window: MaintenanceWindow, actor) -> None:
         reason=window.reason,
     )
     window.delete()
+
+
+# --- states observed by telemetry ------------------------------------------------------------
+# Telemetry observes these (a node silent too long, an agent reporting again, NVML reporting a
+# lost GPU) but the change and its audit belong here, like the admins' drain and retire.
+
+
+def node_set_reachable(*, node: Node, reachable: bool, reason: str, now: datetime | None = None):
+    """An `up` node that went silent becomes `unreachable` (its GPUs leave the pool, and the
+    `node.lost` event lets higher layers react: jobs requeues what ran there); an unreachable
+    node that reports again is `up`. Drained and retired nodes keep their state. The caller
+    holds the node's row lock. Returns True if the state changed."""
+    before, after = (
+        (NodeStatus.UNREACHABLE, NodeStatus.UP)
+        if reachable
+        else (NodeStatus.UP, NodeStatus.UNREACHABLE)
+    )
+    if node.status != before:
+        return False
+    node.status = after
+    node.save(update_fields=["status"])
+    audit_record(
+        actor=None,
+        action="node.up" if reachable else "node.unreachable",
+        target=node,
+        before={"status": before},
+        after={"status": after},
+        reason=reason,
+    )
+    if not reachable:
+        hooks.emit("node.lost", node=node, now=now or timezone.now())
+    return True
+
+
+def gpu_set_health(*, gpu: Gpu, health: str, reason: str) -> bool:
+    """Record the health NVML reported for a GPU (a lost GPU leaves the pool), audited.
+    The caller holds the GPU's row lock. Returns True if it changed."""
+    if gpu.health == health:
+        return False
+    before = gpu.health
+    gpu.health = health
+    gpu.save(update_fields=["health"])
+    audit_record(
+        actor=None,
+        action=f"gpu.health_{health}",
+        target=gpu,
+        before={"health": before},
+        after={"health": health},
+        reason=reason,
+    )
+    return True

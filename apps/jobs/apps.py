@@ -5,3 +5,10 @@ class JobsConfig(AppConfig):
     name = "apps.jobs"
     label = "jobs"
     verbose_name = "GPU jobs"
+
+    def ready(self) -> None:
+        from apps.jobs.services import jobs_requeue_for_node
+        from portal import hooks
+
+        # Telemetry (through fleet) declares a node lost; its jobs are requeued.
+        hooks.subscribe("node.lost", jobs_requeue_for_node)

@@ -21,6 +21,7 @@ from django.utils import timezone
 from apps.audit.services import audit_record
 from apps.fleet.choices import GpuHealth, NodeStatus
 from apps.fleet.models import Gpu, GpuModel, Node
+from apps.fleet.services import gpu_set_health, node_set_reachable
 from apps.telemetry.models import (
     GpuSample,
     IngestBatch,
@@ -496,22 +497,12 @@ def _nodes_seen(hostnames: set[str], now: datetime) -> dict[str, int]:
     for node_id, _, status in found:
         if status == NodeStatus.UNREACHABLE:
             node = Node.objects.select_for_update().get(pk=node_id)
-            if node.status == NodeStatus.UNREACHABLE:
-                _node_back_up(node)
-                node.save(update_fields=["status"])
+            _node_back_up(node)
     return {hostname: node_id for node_id, hostname, _ in found}
 
 
 def _node_back_up(node: Node) -> None:
-    node.status = NodeStatus.UP
-    audit_record(
-        actor=None,
-        action="node.up",
-        target=node,
-        before={"status": NodeStatus.UNREACHABLE},
-        after={"status": NodeStatus.UP},
-        reason="the node's agent reported again",
-    )
+    node_set_reachable(node=node, reachable=True, reason="the node's agent reported again")
 
 
 def _apply_health(gpus: dict, reported: dict) -> None:
@@ -519,19 +510,7 @@ def _apply_health(gpus: dict, reported: dict) -> None:
         pk, _ = gpus[uuid]
         gpu = Gpu.objects.select_for_update().select_related("node").get(pk=pk)
         gpus[uuid] = (pk, state)
-        if gpu.health == state:  # another worker applied it already
-            continue
-        before = gpu.health
-        gpu.health = state
-        gpu.save(update_fields=["health"])
-        audit_record(
-            actor=None,
-            action=f"gpu.health_{state}",
-            target=gpu,
-            before={"health": before},
-            after={"health": state},
-            reason="reported by NVML",
-        )
+        gpu_set_health(gpu=gpu, health=state, reason="reported by NVML")
 
 
 # --- node health -----------------------------------------------------------------------------
@@ -550,20 +529,9 @@ def nodes_mark_unreachable(*, now: datetime | None = None) -> list[str]:
             status=NodeStatus.UP, last_seen__lt=now - silence
         )
         for node in stale:
-            node.status = NodeStatus.UNREACHABLE
-            node.save(update_fields=["status"])
-            audit_record(
-                actor=None,
-                action="node.unreachable",
-                target=node,
-                before={"status": NodeStatus.UP},
-                after={"status": NodeStatus.UNREACHABLE},
-                reason=f"no telemetry since {node.last_seen:%Y-%m-%d %H:%M:%S} UTC",
-            )
-            marked.append(node.hostname)
-            from apps.jobs.services import jobs_requeue_for_node
-
-            jobs_requeue_for_node(node=node, now=now)
+            reason = f"no telemetry since {node.last_seen:%Y-%m-%d %H:%M:%S} UTC"
+            if node_set_reachable(node=node, reachable=False, reason=reason, now=now):
+                marked.append(node.hostname)
     return marked
 
 
