@@ -167,28 +167,99 @@ def test_guarantee_first_then_over_quota_flag():
     assert d[2].over_quota is True
 
 
-def test_preemption_newest_first_and_gpus_not_reused():
+def test_preemption_stops_the_victims_losing_least_gpu_time_and_starts_the_job_on_them():
     gpus = fleet(1, 8)
     run = [
-        running(10, "nlp", [0, 1, 2, 3], started=NOW - 600),
-        running(11, "nlp", [4, 5], started=NOW - 300),
-        running(12, "nlp", [6, 7], started=NOW - 100),
+        running(10, "nlp", [0, 1, 2, 3], started=NOW - 7200),  # 8 GPU-hours at stake
+        running(11, "nlp", [4, 5], started=NOW - 3600),  # 2 GPU-hours
+        running(12, "nlp", [6, 7], started=NOW - 2000),  # 1.1 GPU-hours
     ]
     state = ClusterState(
         NOW, gpus, [job(1, count=4), job(2, "nlp", count=1)], run, quotas=quotas(g=4, limit=8)
     )
     d = schedule(state)
-    assert [(p.job_id, p.for_job_id) for p in d.preemptions] == [(12, 1), (11, 1)]
-    assert placed(d) == {}
+    assert sorted((p.job_id, p.for_job_id) for p in d.preemptions) == [(11, 1), (12, 1)]
+    lost = {p.job_id: p.gpu_seconds_lost for p in d.preemptions}
+    assert lost == {11: 2 * 3600.0, 12: 2 * 2000.0}
+    assert placed(d) == {}  # nothing starts now on GPUs still held by stopping jobs
+    assert [(p.job_id, set(p.gpu_ids)) for p in d.after_preemption] == [(1, {4, 5, 6, 7})]
     assert pending(d)[1].reason == PendingReason.WAITING_FOR_PREEMPTION
 
 
+def test_young_jobs_are_not_preempted_before_the_minimum_runtime():
+    run = [running(10, "nlp", range(8), started=NOW - 600)]
+    state = ClusterState(NOW, fleet(1, 8), [job(1, count=2)], run, quotas=quotas(g=4, limit=8))
+    assert schedule(state).preemptions == []
+    cfg = SchedulerConfig(preempt_min_runtime_seconds=300)
+    assert [p.job_id for p in schedule(state, "fairshare", cfg).preemptions] == [10]
+
+
+def test_checkpointable_victim_preferred_and_loses_nothing():
+    run = [
+        running(10, "nlp", [0, 1, 2, 3], started=NOW - 2000),
+        RunningJob(11, "nlp", H100, (4, 5, 6, 7), NOW - 9000, 3600.0,
+                   PriorityClass.OVER_QUOTA, True, checkpointable=True),
+    ]  # fmt: skip
+    state = ClusterState(NOW, fleet(1, 8), [job(1, count=4)], run, quotas=quotas(g=4, limit=8))
+    d = schedule(state)
+    assert [(p.job_id, p.gpu_seconds_lost) for p in d.preemptions] == [(11, 0.0)]
+
+
+def test_a_job_preempted_max_times_is_protected():
+    protected = RunningJob(10, "nlp", H100, tuple(range(8)), NOW - 9000, 3600.0,
+                           PriorityClass.OVER_QUOTA, True, checkpointable=True,
+                           preemptions=2)  # fmt: skip
+    state = ClusterState(NOW, fleet(1, 8), [job(1, count=2)], [protected], quotas=quotas(g=4))
+    assert schedule(state).preemptions == []
+    cfg = SchedulerConfig(max_preemptions_per_job=3)
+    assert len(schedule(state, "fairshare", cfg).preemptions) == 1
+
+
+def test_no_preemption_unless_the_waiting_job_then_starts_at_once():
+    # 6 over-quota GPUs could be freed on the node, but the job needs 8 on one node and two
+    # GPUs are held within nlp's guarantee: stopping the others would not start it.
+    run = [
+        running(10, "nlp", range(6), started=NOW - 9000),
+        running(11, "nlp", [6, 7], started=NOW - 9000, over=False),
+    ]
+    state = ClusterState(NOW, fleet(1, 8), [job(1, count=8)], run, quotas=quotas(g=8, limit=8))
+    d = schedule(state)
+    assert d.preemptions == [] and d.after_preemption == []
+    assert pending(d)[1].reason == PendingReason.NO_CAPACITY
+
+
+def test_victims_chosen_on_the_one_node_that_frees_the_gang():
+    # A 4-GPU job must run on one node: on n0 stopping the 1-GPU job 11 (2,000 GPU-s) frees
+    # enough beside 3 free GPUs; on n1 it would take job 20 (4 x 1,900 GPU-s) or 21.
+    run = [
+        running(10, "nlp", range(4), started=NOW - 9000),
+        running(11, "nlp", [4], started=NOW - 2000),
+        running(20, "nlp", [8, 9, 10, 11], started=NOW - 1900),
+        running(21, "nlp", [12, 13, 14, 15], started=NOW - 1900),
+    ]
+    state = ClusterState(NOW, fleet(2, 8), [job(1, count=4)], run, quotas=quotas(g=4, limit=16))
+    d = schedule(state)
+    assert [p.job_id for p in d.preemptions] == [11]
+    assert set(d.after_preemption[0].gpu_ids) == {4, 5, 6, 7}
+
+
+def test_no_preemption_that_throws_away_more_than_the_waiting_job_needs():
+    # 8 GPUs x 2.5 h would be lost for a 2-GPU hour: not worth it, unless the ratio allows.
+    run = [running(10, "nlp", range(8), started=NOW - 9000)]
+    state = ClusterState(NOW, fleet(1, 8), [job(1, count=2)], run, quotas=quotas(g=4))
+    assert schedule(state).preemptions == []
+    cfg = SchedulerConfig(preempt_max_lost_ratio=10.0)
+    assert [p.gpu_seconds_lost for p in schedule(state, "fairshare", cfg).preemptions] == [
+        8 * 9000.0
+    ]
+
+
 def test_no_preemption_above_guarantee_or_in_baselines():
-    run = [running(10, "nlp", range(8), started=NOW - 100)]
+    run = [running(10, "nlp", range(8), started=NOW - 9000)]
     q = [TeamQuota("vision", H100, 2, 8), TeamQuota("nlp", H100, 2, 8)]
     big = ClusterState(NOW, fleet(1, 8), [job(1, count=4)], run, quotas=q)
-    assert schedule(big).preemptions == []
-    small = ClusterState(NOW, fleet(1, 8), [job(1, count=2)], run, quotas=q)
+    assert schedule(big).preemptions == []  # it would run over its guarantee: never preempt
+    small = ClusterState(NOW, fleet(1, 8), [job(1, count=2, runtime=40000)], run, quotas=q)
     assert len(schedule(small).preemptions) == 1
     assert schedule(small, "fifo").preemptions == []
     no = SchedulerConfig(preemption_enabled=False)
@@ -368,7 +439,7 @@ def test_guarantee_met_when_team_has_demand(g_vision, g_nlp, extra):
     """With nlp filling spare capacity over quota, vision always gets its guarantee back."""
     gpus = fleet(1, 8)
     used_by_nlp = 8
-    run = [running(100 + i, "nlp", [i], started=NOW - i) for i in range(used_by_nlp)]
+    run = [running(100 + i, "nlp", [i], started=NOW - 1800 - i) for i in range(used_by_nlp)]
     qs = [TeamQuota("vision", H100, g_vision, 8), TeamQuota("nlp", H100, g_nlp, 8)]
     queued = [job(k, "vision", 1) for k in range(g_vision + extra)]
     d = schedule(ClusterState(NOW, gpus, queued, run, quotas=qs))

@@ -1,41 +1,54 @@
-"""One scheduling cycle: ``schedule(state, policy, config) -> Decision``.
+"""Scheduling: ``schedule(state, policy, config) -> Decision`` and the ``Engine`` behind it.
 
-Pure Python, no Django. The live dispatcher and the trace replayer call the same function.
+Pure Python, no Django. The live dispatcher calls ``schedule()``, which loads a fresh
+``Engine`` from a ``ClusterState`` and runs one cycle. The trace replayer keeps one ``Engine``
+for the whole replay and tells it what changed (a job arrived, ended, was preempted), so a
+cycle costs about the work it does, not the size of the queue or the fleet. Both run the same
+``Engine.cycle()``; a property test replays random traces both ways and compares decisions.
+
+What the engine keeps between cycles: the free-GPU index (``FreePool``), per team the queued
+jobs in buckets of one shape (priority class, model, GPU count, same node), each bucket sorted
+in queue order; GPUs held per team and quota key; running jobs by node; and per model the
+sorted times at which running GPUs are released (for start estimates).
 
 Order of work in a ``fairshare`` cycle:
 
 1. Jobs bound to a reservation run on that booking's GPUs while the booking is active.
-2. Guaranteed share: jobs of a team that fit within its guaranteed GPUs of the model, oldest
-   first (aging included).
+2. Guaranteed share: the oldest job of any team that fits within its team's guarantee goes
+   next, until nothing more fits.
 3. Weighted fair share of the spare capacity: the team with the lowest dominant share goes
    next (recent GPU-hours decayed with a half-life plus GPUs held now, divided by the team's
-   weight = its guaranteed GPUs); only teams under their quota ``limit``. Waiting time lowers
-   a team's effective share (aging), so nothing starves.
-4. Preemption: a job still waiting within its team's guarantee may stop over-quota running
-   work of other teams, newest first. Those GPUs are not reused in this cycle; the job waits
-   with ``WAITING_FOR_PREEMPTION``.
+   weight = its guaranteed GPUs); only within the quota ``limit``. Waiting time lowers a team's
+   effective share (aging), so nothing starves. A team whose next job does not fit is passed
+   over for its first job that does (free capacity only shrinks within a cycle, so a job that
+   does not fit now will not fit later in the cycle).
+4. Preemption, bounded so a loaded cluster does not churn: only for a team's oldest job that
+   fits within its guarantee and does not fit in the free GPUs; only over-quota work of other
+   teams that has run ``preempt_min_runtime_seconds`` and was preempted fewer than
+   ``max_preemptions_per_job`` times; only when the freed GPUs (plus free ones) let the job
+   start at once (it is placed on them in ``Decision.after_preemption``); the victims chosen
+   lose the least GPU-time (a checkpointable job loses none). A victim is not restarted in the
+   cycle that stopped it.
 
 ``fifo`` and ``sjf`` are baselines: first-fit in submit order / shortest ``max_runtime`` first,
 respecting quota limits, no guarantees, no fair share, no preemption.
 
-Placement is gang (all GPUs or none) and topology-aware: one node (best fit) when it can,
-required when ``same_node``; otherwise one NVLink domain, otherwise any nodes. A free GPU that
-is booked in the future is used (backfill) only when the job's ``max_runtime`` ends before the
-booking starts.
-
-Free GPUs are indexed per model by node and per node by free count, so one placement costs
-O(GPUs per node) rather than O(GPUs); a failed shape (model, count, same_node) is remembered
-for the rest of the cycle because free capacity only shrinks within a cycle.
+Placement is gang (all GPUs or none) and topology-aware (see ``FreePool.find``): one node when
+it can, required when ``same_node``; otherwise the fewest nodes, one NVLink domain if possible.
 """
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass
 
+from apps.jobs.scheduler.pool import FreePool
 from apps.jobs.scheduler.state import (
+    Booking,
     ClusterState,
     Decision,
     GpuInfo,
@@ -51,6 +64,12 @@ from apps.jobs.scheduler.state import (
 
 POLICIES = ("fairshare", "fifo", "sjf")
 UNLIMITED = 10**9
+LN2 = math.log(2.0)
+
+# Which jobs a placement pass considers and which quota bounds them.
+_GUARANTEE = "guarantee"  # fairshare phase 2: within the team's guarantee
+_SPARE = "spare"  # fairshare phase 3: within the limit
+_BASELINE = "baseline"  # fifo / sjf: within the limit, every class
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,11 +81,19 @@ class SchedulerConfig:
     # Each hour a job waits lowers its team's effective share by this much (aging).
     aging_per_hour: float = 0.05
     preemption_enabled: bool = True
+    # A job runs at least this long before it may be preempted (Slurm's PreemptExemptTime).
+    preempt_min_runtime_seconds: float = 1800.0
+    # A job preempted this many times is not preempted again.
+    max_preemptions_per_job: int = 2
+    # Never throw away more GPU-time than this times what the waiting job asked for
+    # (GPUs x max runtime): a notebook does not stop a day-old 64-GPU training run.
+    preempt_max_lost_ratio: float = 1.0
     # Time a preempted job gets to stop (SIGTERM -> SIGKILL); used for estimates only.
     grace_seconds: float = 30.0
     # Teams without a quota row for a model may use it up to this many GPUs, with no guarantee.
     default_limit: int = UNLIMITED
-    # Write a message and an estimated start for every pending job. The replayer turns it off.
+    # Write a message and an estimated start for every pending job. The replayer turns it
+    # off, and then ``Decision.pending`` lists only jobs waiting for a preemption.
     explain: bool = True
 
 
@@ -83,6 +110,56 @@ def decay_usage(
     for job in running:
         out[job.team] = out.get(job.team, 0.0) + len(job.gpu_ids) * elapsed
     return out
+
+
+class UsageMeter:
+    """Decayed GPU-seconds per team, brought up to date only when read or changed.
+
+    Each team keeps (value at t, GPUs running, t); between changes the value follows
+    du/dt = GPUs - ln2 / half_life * u exactly, so reading it costs O(1) whatever the gap."""
+
+    def __init__(self, half_life: float) -> None:
+        self.half_life = max(1.0, half_life)
+        self.k = LN2 / self.half_life
+        self.rec: dict[str, tuple[float, int, float]] = {}
+
+    def at(self, team: str, now: float) -> float:
+        rec = self.rec.get(team)
+        if rec is None:
+            return 0.0
+        value, rate, t = rec
+        if now <= t:
+            return value
+        factor = 0.5 ** ((now - t) / self.half_life)
+        return value * factor + rate * (1.0 - factor) / self.k
+
+    def change(self, team: str, gpus: int, now: float) -> None:
+        """``gpus`` more (or fewer) GPUs of the team run from ``now``."""
+        rate = self.rec[team][1] if team in self.rec else 0
+        self.rec[team] = (self.at(team, now), rate + gpus, now)
+
+    def snapshot(self, now: float) -> dict[str, float]:
+        return {team: self.at(team, now) for team in self.rec}
+
+    def view(self, now: float) -> Mapping[str, float]:
+        """The usage of every team at ``now``, computed when a team's value is read."""
+        return _UsageView(self, now)
+
+
+class _UsageView(Mapping):
+    def __init__(self, meter: UsageMeter, now: float) -> None:
+        self.meter, self.now = meter, now
+
+    def __getitem__(self, team: str) -> float:
+        if team not in self.meter.rec:
+            raise KeyError(team)
+        return self.meter.at(team, self.now)
+
+    def __iter__(self):
+        return iter(self.meter.rec)
+
+    def __len__(self) -> int:
+        return len(self.meter.rec)
 
 
 def _pretty_model(model: str | None) -> str:
@@ -119,239 +196,569 @@ class _Quotas:
         return row.limit if row else self.default_limit
 
 
-class _Pool:
-    """Free GPUs per model and node, with a per-model index of nodes by free count."""
-
-    def __init__(self, gpus: list[GpuInfo], busy: set[int], future_booking: dict[int, float]):
-        self.info: dict[int, GpuInfo] = {g.gpu_id: g for g in gpus}
-        # clean[model][node] -> list of free GPU ids with no future booking
-        self.clean: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
-        # booked[model][node] -> list of (booking start, gpu id) free now but booked later
-        self.booked: dict[str, dict[str, list[tuple[float, int]]]] = defaultdict(
-            lambda: defaultdict(list)
-        )
-        self.by_count: dict[str, dict[int, set[str]]] = defaultdict(lambda: defaultdict(set))
-        self.total: dict[str, int] = defaultdict(int)
-        self.capacity: dict[str, int] = defaultdict(int)
-        self.node_domain_order: dict[str, list[str]] = {}
-        for g in sorted(gpus, key=lambda g: (g.node, g.gpu_id)):
-            self.capacity[g.model] += 1
-            if g.gpu_id in busy:
-                continue
-            if g.gpu_id in future_booking:
-                self.booked[g.model][g.node].append((future_booking[g.gpu_id], g.gpu_id))
-            else:
-                self.clean[g.model][g.node].append(g.gpu_id)
-                self.total[g.model] += 1
-        for model, nodes in self.clean.items():
-            for node, ids in nodes.items():
-                self.by_count[model][len(ids)].add(node)
-        per_node: dict[str, int] = defaultdict(int)
-        for g in gpus:
-            per_node[g.node] += 1
-        self.max_per_node = max(per_node.values(), default=0)
-        self.models = sorted(self.capacity)
-
-    def snapshot_totals(self) -> dict[str, int]:
-        return dict(self.total)
-
-    def take(self, model: str, picks: list[int]) -> None:
-        by_node: dict[str, list[int]] = defaultdict(list)
-        for gid in picks:
-            by_node[self.info[gid].node].append(gid)
-        for node, ids in by_node.items():
-            clean = self.clean[model].get(node, [])
-            drop = set(ids)
-            before = len(clean)
-            remaining = [g for g in clean if g not in drop]
-            removed_clean = before - len(remaining)
-            if removed_clean:
-                self.by_count[model][before].discard(node)
-                self.clean[model][node] = remaining
-                if remaining:
-                    self.by_count[model][len(remaining)].add(node)
-                self.total[model] -= removed_clean
-            booked = self.booked[model].get(node)
-            if booked and len(drop) > removed_clean:
-                self.booked[model][node] = [b for b in booked if b[1] not in drop]
-
-    def _pick_on_node(self, ids: list[int], count: int) -> list[int]:
-        """``count`` GPUs of one node, from one NVLink domain when one has enough."""
-        if len(ids) == count:
-            return list(ids)
-        domains: dict[str | None, list[int]] = defaultdict(list)
-        for gid in ids:
-            domains[self.info[gid].nvlink_domain].append(gid)
-        if len(domains) > 1:
-            fitting = [d for d in domains.values() if len(d) >= count]
-            if fitting:
-                return min(fitting, key=len)[:count]
-        return ids[:count]
-
-    def _usable_booked(self, model: str, node: str, deadline: float) -> list[int]:
-        return [gid for start, gid in self.booked[model].get(node, ()) if start >= deadline]
-
-    def find(self, model: str, count: int, same_node: bool, deadline: float) -> list[int] | None:
-        """GPUs for a gang of ``count`` on ``model``, or None. Does not take them."""
-        has_booked = bool(self.booked.get(model))
-        # 1. one node, best fit (fewest free GPUs that still fit) to keep big holes for big jobs.
-        for c in range(count, self.max_per_node + 1):
-            nodes = self.by_count[model].get(c)
-            if nodes:
-                node = min(nodes)
-                return self._pick_on_node(self.clean[model][node], count)
-        if has_booked:
-            best: list[int] | None = None
-            for node in set(self.clean[model]) | set(self.booked[model]):
-                ids = self.clean[model].get(node, []) + self._usable_booked(model, node, deadline)
-                if len(ids) >= count and (best is None or len(ids) < len(best)):
-                    best = ids
-            if best is not None:
-                return self._pick_on_node(best, count)
-        if same_node:
-            return None
-        # 2. several nodes: one NVLink domain if possible, then any, biggest holes first.
-        free_total = self.total[model]
-        per_node: dict[str, list[int]] = {
-            node: list(ids) for node, ids in self.clean[model].items() if ids
-        }
-        if has_booked:
-            for node in self.booked[model]:
-                extra = self._usable_booked(model, node, deadline)
-                if extra:
-                    per_node.setdefault(node, []).extend(extra)
-                    free_total += len(extra)
-        if free_total < count:
-            return None
-        domains: dict[str | None, list[str]] = defaultdict(list)
-        for node, ids in per_node.items():
-            domains[self.info[ids[0]].nvlink_domain].append(node)
-        for domain, nodes in sorted(domains.items(), key=lambda kv: str(kv[0])):
-            if domain is None:
-                continue
-            ids = [g for n in nodes for g in per_node[n] if self.info[g].nvlink_domain == domain]
-            if len(ids) >= count:
-                return ids[:count]
-        picks: list[int] = []
-        for node in sorted(per_node, key=lambda n: (-len(per_node[n]), n)):
-            picks.extend(per_node[node][: count - len(picks)])
-            if len(picks) == count:
-                return picks
-        return None
-
-    def fits_ignoring_bookings(self, model: str, count: int, same_node: bool) -> bool:
-        nodes = set(self.clean[model]) | set(self.booked.get(model, {}))
-        sizes = [
-            len(self.clean[model].get(n, [])) + len(self.booked.get(model, {}).get(n, []))
-            for n in nodes
-        ]
-        if same_node:
-            return any(s >= count for s in sizes)
-        return sum(sizes) >= count
-
-
 def _order_key(policy: str):
     if policy == "sjf":
         return lambda j: (j.max_runtime, j.submitted_at, j.job_id)
     return lambda j: (j.submitted_at, j.job_id)
 
 
-class _Cycle:
-    def __init__(self, state: ClusterState, policy: str, config: SchedulerConfig) -> None:
-        self.state = state
+def running_from(
+    job: QueuedJob, gpu_ids: tuple[int, ...], model: str, now: float, over_quota: bool
+) -> RunningJob:
+    """The running record of ``job`` started at ``now`` on ``gpu_ids``."""
+    return RunningJob(
+        job.job_id,
+        job.team,
+        model,
+        tuple(gpu_ids),
+        now,
+        job.max_runtime,
+        job.priority_class,
+        over_quota,
+        job.reservation_id,
+        job.checkpointable,
+        job.preemptions,
+    )
+
+
+@dataclass(slots=True)
+class _Candidate:
+    key: tuple
+    job: QueuedJob
+    model: str
+    picks: list[int] | None  # found already (booked GPUs in play), else found when placed
+
+
+class Engine:
+    """Scheduler state kept between cycles; see the module docstring."""
+
+    def __init__(
+        self,
+        gpus: list[GpuInfo],
+        quotas: list[TeamQuota],
+        policy: str = "fairshare",
+        config: SchedulerConfig | None = None,
+    ) -> None:
+        if policy not in POLICIES:
+            raise ValueError(f"Unknown policy {policy!r}; choose one of {', '.join(POLICIES)}.")
         self.policy = policy
-        self.config = config
-        self.now = state.now
-        self.decision = Decision()
-        self.quotas = _Quotas(state.quotas, config.default_limit)
-        self.gpu_model = {g.gpu_id: g.model for g in state.gpus}
-        busy: set[int] = set()
+        self.config = config or SchedulerConfig()
+        self.pool = FreePool(gpus)
+        self.quotas = _Quotas(quotas, self.config.default_limit)
+        self.order = _order_key(policy)
+        self.queue_order = _order_key("fifo" if policy == "fairshare" else policy)
+        self.total_capacity = max(1, len(gpus))
+        self.running: dict[int, RunningJob] = {}
+        self.busy: set[int] = set()
         self.team_gpus: dict[str, int] = defaultdict(int)
-        for r in state.running:
-            busy.update(r.gpu_ids)
-            self.team_gpus[r.team] += len(r.gpu_ids)
-            if r.reservation_id is None:
-                self.quotas.used[self.quotas.key(r.team, r.model)] += len(r.gpu_ids)
-        # Active bookings hold their GPUs for their reservation; later ones allow backfill.
-        self.active: dict[int, list[int]] = defaultdict(list)
-        active_gpus: set[int] = set()
+        self.spread: dict[int, dict[str, int]] = {}  # running job -> GPUs per node
+        self.preemptible: set[int] = set()  # running over-quota jobs outside reservations
+        self.releases: dict[str, list[float]] = defaultdict(list)
+        # Ends of the bookings holding GPUs now, per model: a job that waits for booked GPUs
+        # gets its estimated start from them (the job page would otherwise say "no estimate").
+        self.booking_releases: dict[str, list[float]] = defaultdict(list)
+        self.queued: dict[int, QueuedJob] = {}
+        # team -> (class, model, count, same_node) -> sorted [(order key, job id)]
+        self.buckets: dict[str, dict[tuple, list[tuple]]] = {}
+        self.reservation_jobs: dict[int, QueuedJob] = {}
+        self.active_bookings: dict[int, list[int]] = {}
+        self._bounds: dict[tuple[str, str], tuple] = {}
+        # Bumped by every change of queue or running set; a preemption pass that found
+        # nothing is not repeated until something changed or a new victim becomes eligible.
+        self.version = 0
+        self._no_preemption: tuple[int, float] | None = None
+
+    # -- changes between cycles --------------------------------------------------------------
+
+    def enqueue(self, job: QueuedJob) -> None:
+        self.version += 1
+        self.queued[job.job_id] = job
+        if job.reservation_id is not None:
+            self.reservation_jobs[job.job_id] = job
+            return
+        shape = (job.priority_class, job.gpu_model, job.gpu_count, job.same_node)
+        entries = self.buckets.setdefault(job.team, {}).setdefault(shape, [])
+        bisect.insort(entries, (self.queue_order(job), job.job_id))
+
+    def dequeue(self, job_id: int) -> QueuedJob:
+        self.version += 1
+        job = self.queued.pop(job_id)
+        if job.reservation_id is not None:
+            del self.reservation_jobs[job_id]
+            return job
+        shape = (job.priority_class, job.gpu_model, job.gpu_count, job.same_node)
+        team = self.buckets[job.team]
+        entries = team[shape]
+        entry = (self.queue_order(job), job_id)
+        k = bisect.bisect_left(entries, entry)
+        del entries[k]
+        if not entries:
+            del team[shape]
+            if not team:
+                del self.buckets[job.team]
+        return job
+
+    def add_running(self, run: RunningJob) -> None:
+        self.version += 1
+        ids = [g for g in run.gpu_ids if g in self.pool.info]
+        self.running[run.job_id] = run
+        self.pool.take(ids)
+        self.busy.update(run.gpu_ids)
+        self.team_gpus[run.team] += len(run.gpu_ids)
+        if run.reservation_id is None:
+            self.quotas.used[self.quotas.key(run.team, run.model)] += len(run.gpu_ids)
+            if self._is_preemptible(run):
+                self.preemptible.add(run.job_id)
+        spread: dict[str, int] = defaultdict(int)
+        for gid in ids:
+            spread[self.pool.info[gid].node] += 1
+        self.spread[run.job_id] = dict(spread)
+        end = run.started_at + run.max_runtime
+        releases = self.releases[run.model]
+        for _ in run.gpu_ids:
+            bisect.insort(releases, end)
+
+    def remove_running(self, job_id: int) -> RunningJob:
+        self.version += 1
+        run = self.running.pop(job_id)
+        ids = [g for g in run.gpu_ids if g in self.pool.info]
+        self.pool.give(ids)
+        self.busy.difference_update(run.gpu_ids)
+        self.team_gpus[run.team] -= len(run.gpu_ids)
+        if run.reservation_id is None:
+            self.quotas.used[self.quotas.key(run.team, run.model)] -= len(run.gpu_ids)
+            self.preemptible.discard(job_id)
+        del self.spread[job_id]
+        end = run.started_at + run.max_runtime
+        releases = self.releases[run.model]
+        for _ in run.gpu_ids:
+            k = bisect.bisect_left(releases, end)
+            if k < len(releases) and releases[k] == end:
+                del releases[k]
+        return run
+
+    def add_bookings(self, bookings: list[Booking], now: float) -> None:
+        """Active bookings hold their GPUs for their reservation; later ones allow backfill."""
         future: dict[int, float] = {}
-        for b in state.bookings:
-            if b.end <= self.now:
+        for b in bookings:
+            if b.end <= now:
                 continue
-            if b.start <= self.now:
-                self.active[b.reservation_id].append(b.gpu_id)
-                active_gpus.add(b.gpu_id)
+            if b.start <= now:
+                self.active_bookings.setdefault(b.reservation_id, []).append(b.gpu_id)
+                if b.gpu_id in self.pool.info and b.gpu_id not in self.busy:
+                    self.pool.take((b.gpu_id,))
             else:
                 future[b.gpu_id] = min(b.start, future.get(b.gpu_id, math.inf))
-        self.busy = busy
-        self.pool = _Pool(state.gpus, busy | active_gpus, future)
-        self.initial_totals = self.pool.snapshot_totals()
-        self.failed_shapes: dict[tuple[str, int, bool], float] = {}
+        for gid, start in sorted(future.items()):
+            if gid in self.pool.info:
+                self.pool.set_aside_booked(gid, start)
+        first_end: dict[int, float] = {}
+        for b in bookings:
+            if b.end > now and b.gpu_id in self.pool.info and b.gpu_id not in self.busy:
+                first_end[b.gpu_id] = min(b.end, first_end.get(b.gpu_id, math.inf))
+        for gid, end in first_end.items():
+            bisect.insort(self.booking_releases[self.pool.info[gid].model], end)
+
+    def _is_preemptible(self, run: RunningJob) -> bool:
+        return run.priority_class != PriorityClass.GUARANTEED and (
+            run.over_quota or run.priority_class == PriorityClass.PREEMPTIBLE
+        )
+
+    # -- one cycle ---------------------------------------------------------------------------
+
+    def cycle(self, now: float, usage: Mapping[str, float] | None = None) -> Decision:
+        """Place what fits now, preempt what must stop; placements are applied to the engine
+        (the jobs leave the queue and run), preempted jobs leave it (the caller requeues
+        them). Every job queued at the start ends up placed, waiting for a preemption or
+        (with ``explain``) pending with a reason."""
+        self.now = now
+        self.usage = usage or {}
+        self.decision = Decision()
+        self.failed: dict[tuple[str, int, bool], float] = {}
         self.placed_by_team: dict[str, int] = defaultdict(int)
         self.placed_count = 0
-        self.unplaced: dict[int, tuple[QueuedJob, PendingReason, str]] = {}
-        self._release_times = self._build_release_times()
+        self.explained: dict[int, Pending] = {}
+        self.initial_totals = dict(self.pool.total)
+        if self.reservation_jobs:
+            self._reservations()
+        if self.policy == "fairshare":
+            self._by_order(_GUARANTEE)
+            self._spare()
+            if self.config.preemption_enabled and self.preemptible:
+                self._preempt()
+        else:
+            self._by_order(_BASELINE)
+        if self.config.explain:
+            self._explain()
+        self.decision.pending.sort(key=lambda p: p.job_id)
+        return self.decision
 
-    # -- helpers -------------------------------------------------------------------------
-
-    def _models_for(self, job: QueuedJob) -> list[str]:
-        if job.gpu_model is not None:
-            return [job.gpu_model] if job.gpu_model in self.pool.capacity else []
+    def _models_for(self, gpu_model: str | None) -> list[str]:
+        if gpu_model is not None:
+            return [gpu_model] if gpu_model in self.pool.capacity else []
+        if len(self.pool.models) == 1:
+            return self.pool.models
         return sorted(self.pool.models, key=lambda m: -self.pool.total.get(m, 0))
 
-    def _try_place(self, job: QueuedJob, *, within_guarantee: bool) -> bool | PendingReason:
-        """Place ``job`` if it fits; returns True, or why it did not."""
-        deadline = self.now + job.max_runtime
-        reason: PendingReason = PendingReason.NO_CAPACITY
-        for model in self._models_for(job):
-            key = self.quotas.key(job.team, model)
-            used = self.quotas.used[key]
-            if within_guarantee:
-                if used + job.gpu_count > self.quotas.guaranteed(key):
-                    reason = PendingReason.QUOTA_REACHED
-                    continue
-            elif used + job.gpu_count > self.quotas.limit(key):
-                reason = PendingReason.QUOTA_REACHED
-                continue
-            shape = (model, job.gpu_count, job.same_node)
-            if self.failed_shapes.get(shape, math.inf) <= job.max_runtime:
-                reason = PendingReason.NO_CAPACITY
-                continue
-            picks = self.pool.find(model, job.gpu_count, job.same_node, deadline)
-            if picks is None:
-                prev = self.failed_shapes.get(shape, math.inf)
-                self.failed_shapes[shape] = min(prev, job.max_runtime)
-                reason = PendingReason.NO_CAPACITY
-                continue
-            self.pool.take(model, picks)
-            over = not within_guarantee and (
-                used + job.gpu_count > self.quotas.guaranteed(key)
-                or job.priority_class == PriorityClass.PREEMPTIBLE
-            )
-            self.quotas.used[key] += job.gpu_count
-            self.team_gpus[job.team] += job.gpu_count
-            self.placed_by_team[job.team] += 1
-            self.placed_count += 1
-            self.decision.placements.append(Placement(job.job_id, tuple(picks), over))
-            return True
-        return reason
+    def _cap(self, team: str, model: str, mode: str, pclass: PriorityClass) -> int:
+        """GPUs of ``model`` the team may still take in a pass of ``mode``."""
+        bounds = self._bounds.get((team, model))
+        if bounds is None:
+            key = self.quotas.key(team, model)
+            bounds = (key, self.quotas.guaranteed(key), self.quotas.limit(key))
+            self._bounds[(team, model)] = bounds
+        key, guaranteed, limit = bounds
+        return (guaranteed if mode == _GUARANTEE else limit) - self.quotas.used[key]
 
-    def _no_capacity_message(self, job: QueuedJob) -> tuple[PendingReason, str]:
-        models = self._models_for(job)
+    def _candidate(self, team: str, mode: str, *, fitting: bool = True) -> _Candidate | None:
+        """The team's first queued job (queue order) that the pass may place now: within the
+        quota bound of ``mode`` and, when ``fitting``, with room in the free GPUs."""
+        shapes = self.buckets.get(team)
+        if not shapes or (fitting and self.pool.exhausted()):
+            return None
+        if all(self._cap(team, m, mode, None) <= 0 for m in self.pool.models):
+            return None
+        best: _Candidate | None = None
+        for shape, entries in shapes.items():
+            pclass, gpu_model, count, same_node = shape
+            if mode == _GUARANTEE and pclass == PriorityClass.PREEMPTIBLE:
+                continue
+            if mode == _SPARE and pclass == PriorityClass.GUARANTEED:
+                continue
+            if best is not None and entries[0][0] >= best.key:
+                continue
+            for model in self._models_for(gpu_model):
+                if count > self._cap(team, model, mode, pclass):
+                    continue
+                if not fitting:
+                    best = _Candidate(entries[0][0], self.queued[entries[0][1]], model, None)
+                    break
+                if not self.pool.has_booked(model):
+                    if self.pool.fits(model, count, same_node):
+                        best = _Candidate(entries[0][0], self.queued[entries[0][1]], model, None)
+                        break
+                    continue
+                found = self._first_backfill(entries, model, count, same_node, best)
+                if found is not None:
+                    best = found
+                    break
+        return best
+
+    def _first_backfill(self, entries, model, count, same_node, best) -> _Candidate | None:
+        """With booked GPUs in play a shorter job deeper in the bucket may fit where the head
+        does not; failed (shape, runtime) pairs are remembered for the cycle."""
+        shape = (model, count, same_node)
+        for key, job_id in entries:
+            if best is not None and key >= best.key:
+                return None
+            job = self.queued[job_id]
+            if self.failed.get(shape, math.inf) <= job.max_runtime:
+                continue
+            picks = self.pool.find(model, count, same_node, self.now + job.max_runtime)
+            if picks is None:
+                self.failed[shape] = min(self.failed.get(shape, math.inf), job.max_runtime)
+                continue
+            return _Candidate(key, job, model, picks)
+        return None
+
+    def _place(self, cand: _Candidate, over: bool, *, after_preemption: bool = False) -> bool:
+        job = cand.job
+        picks = cand.picks or self.pool.find(
+            cand.model, job.gpu_count, job.same_node, self.now + job.max_runtime
+        )
+        if picks is None:  # cannot happen without booked GPUs; be safe
+            self.failed[(cand.model, job.gpu_count, job.same_node)] = 0.0
+            return False
+        self.dequeue(job.job_id)
+        self.add_running(running_from(job, tuple(picks), cand.model, self.now, over))
+        placement = Placement(job.job_id, tuple(picks), over)
+        if after_preemption:
+            self.decision.after_preemption.append(placement)
+        else:
+            self.decision.placements.append(placement)
+        self.placed_by_team[job.team] += 1
+        self.placed_count += 1
+        return True
+
+    def _over(self, cand: _Candidate, mode: str) -> bool:
+        if mode == _GUARANTEE:
+            return False
+        job = cand.job
+        key = self.quotas.key(job.team, cand.model)
+        return (
+            self.quotas.used[key] + job.gpu_count > self.quotas.guaranteed(key)
+            or job.priority_class == PriorityClass.PREEMPTIBLE
+        )
+
+    def _by_order(self, mode: str) -> None:
+        """Place jobs of all teams in queue order (oldest first / shortest first)."""
+        if self.pool.exhausted():
+            return
+        heap = []
+        for team in sorted(self.buckets):
+            cand = self._candidate(team, mode)
+            if cand is not None:
+                heap.append((cand.key, team))
+        heapq.heapify(heap)
+        while heap and not self.pool.exhausted():
+            key, team = heapq.heappop(heap)
+            cand = self._candidate(team, mode)
+            if cand is None:
+                continue
+            if cand.key != key:
+                heapq.heappush(heap, (cand.key, team))
+                continue
+            self._place(cand, self._over(cand, mode))
+            cand = self._candidate(team, mode)
+            if cand is not None:
+                heapq.heappush(heap, (cand.key, team))
+
+    def _share(self, team: str, job: QueuedJob) -> float:
+        weight = max(1.0, self.quotas.weight.get(team, 0.0))
+        history = self.usage.get(team, 0.0) / (
+            self.total_capacity * self.config.usage_half_life_seconds
+        )
+        now_share = self.team_gpus[team] / self.total_capacity
+        aging = self.config.aging_per_hour / 3600.0
+        return (history + now_share) / weight - aging * (self.now - job.submitted_at)
+
+    def _spare(self) -> None:
+        """Weighted fair share of the GPUs left: lowest effective share first."""
+        if self.pool.exhausted():
+            return
+        heap = []
+        for team in sorted(self.buckets):
+            cand = self._candidate(team, _SPARE)
+            if cand is not None:
+                heap.append((self._share(team, cand.job), team))
+        heapq.heapify(heap)
+        while heap and not self.pool.exhausted():
+            share, team = heapq.heappop(heap)
+            cand = self._candidate(team, _SPARE)
+            if cand is None:
+                continue
+            now_share = self._share(team, cand.job)
+            if now_share != share:
+                heapq.heappush(heap, (now_share, team))
+                continue
+            self._place(cand, self._over(cand, _SPARE))
+            cand = self._candidate(team, _SPARE)
+            if cand is not None:
+                heapq.heappush(heap, (self._share(team, cand.job), team))
+
+    # -- preemption --------------------------------------------------------------------------
+
+    def _lost(self, run: RunningJob) -> float:
+        """GPU-seconds a preemption throws away (none for a job that resumes)."""
+        if run.checkpointable:
+            return 0.0
+        return len(run.gpu_ids) * max(0.0, self.now - run.started_at)
+
+    def _preempt(self) -> None:
+        skip = self._no_preemption
+        if skip is not None and skip[0] == self.version and self.now < skip[1]:
+            return
+        version_before = self.version
+        heap = []
+        for team in sorted(self.buckets):
+            cand = self._candidate(team, _GUARANTEE, fitting=False)
+            if cand is not None:
+                heap.append((cand.key, team))
+        cfg = self.config
+        eligible, next_eligible = [], math.inf
+        if heap:
+            for j in self.preemptible:
+                r = self.running[j]
+                if r.preemptions >= cfg.max_preemptions_per_job:
+                    continue
+                ready = r.started_at + cfg.preempt_min_runtime_seconds
+                if r.started_at < self.now and ready <= self.now:
+                    eligible.append(r)
+                else:
+                    next_eligible = min(next_eligible, max(ready, r.started_at + 1e-6))
+        self._loss = {r.job_id: self._lost(r) for r in eligible}
+        eligible.sort(key=lambda r: (self._loss[r.job_id], len(r.gpu_ids), -r.started_at, r.job_id))
+        self.eligible = eligible
+        preempted = False
+        heapq.heapify(heap)
+        while heap and self.eligible:
+            key, team = heapq.heappop(heap)
+            cand = self._candidate(team, _GUARANTEE, fitting=False)
+            if cand is None:
+                continue
+            if cand.key != key:
+                heapq.heappush(heap, (cand.key, team))
+                continue
+            if not self._preempt_for(cand):
+                continue  # the team's oldest job cannot start by preempting; try no further
+            preempted = True
+            cand = self._candidate(team, _GUARANTEE, fitting=False)
+            if cand is not None:
+                heapq.heappush(heap, (cand.key, team))
+        if not preempted and self.version == version_before:
+            self._no_preemption = (self.version, next_eligible)
+
+    def _preempt_for(self, cand: _Candidate) -> bool:
+        job, model = cand.job, cand.model
+        count = job.gpu_count
+        budget = self.config.preempt_max_lost_ratio * count * job.max_runtime
+        lost = self._loss
+        chosen: list[RunningJob] | None = None
+        if job.same_node or count <= self.pool.largest[model]:
+            # Per node: its free GPUs plus the cheapest victims there; the cheapest node wins.
+            best = None
+            need: dict[str, list] = {}
+            for r in self.eligible:
+                if r.model != model or r.team == job.team:
+                    continue
+                for node, n in self.spread[r.job_id].items():
+                    state = need.get(node)
+                    if state is None:
+                        have = len(self.pool.free[model].get(node, ()))
+                        state = need[node] = [have, 0.0, []]
+                    if state[0] >= count or state[1] > budget:
+                        continue
+                    state[0] += n
+                    state[1] += lost[r.job_id]
+                    state[2].append(r)
+            for node in sorted(need):
+                have, cost, picked = need[node]
+                if (
+                    have >= count
+                    and cost <= budget
+                    and (best is None or (cost, len(picked)) < best[0])
+                ):
+                    best = ((cost, len(picked)), picked)
+            chosen = best[1] if best else None
+        if chosen is None and not job.same_node:
+            free, cost, chosen = self.pool.total.get(model, 0), 0.0, []
+            for r in self.eligible:
+                if free >= count or cost > budget:
+                    break
+                if r.model != model or r.team == job.team:
+                    continue
+                chosen.append(r)
+                free += len(r.gpu_ids)
+                cost += lost[r.job_id]
+            if free < count or cost > budget:
+                chosen = None
+        if not chosen:
+            return False
+        for r in chosen:
+            self.remove_running(r.job_id)
+        picks = self.pool.find(model, count, job.same_node, self.now + job.max_runtime)
+        if picks is None:
+            for r in chosen:
+                self.add_running(r)
+            return False
+        gone = {r.job_id for r in chosen}
+        self.eligible = [r for r in self.eligible if r.job_id not in gone]
+        for r in chosen:
+            self.decision.preemptions.append(Preemption(r.job_id, job.job_id, lost[r.job_id]))
+        self._place(_Candidate(cand.key, job, model, picks), False, after_preemption=True)
+        n = len(chosen)
+        self.decision.pending.append(
+            Pending(
+                job.job_id,
+                PendingReason.WAITING_FOR_PREEMPTION,
+                f"Stopping {n} over-quota job{'s' if n != 1 else ''} of other teams to free "
+                "its guaranteed GPUs.",
+                self.now + self.config.grace_seconds,
+            )
+        )
+        return True
+
+    # -- reservations ------------------------------------------------------------------------
+
+    def _reservations(self) -> None:
+        for job in sorted(self.reservation_jobs.values(), key=_order_key("fifo")):
+            if job.reservation_id not in self.active_bookings:
+                self.explained[job.job_id] = Pending(
+                    job.job_id,
+                    PendingReason.RESERVATION_NOT_ACTIVE,
+                    "Its reservation is not active now; the job runs only inside it.",
+                )
+                continue
+            gpus = [
+                g
+                for g in self.active_bookings[job.reservation_id]
+                if g not in self.busy and g in self.pool.info
+            ]
+            model_of = {g: self.pool.info[g].model for g in gpus}
+            placed = False
+            for model in sorted({m for m in model_of.values() if job.gpu_model in (None, m)}):
+                ids = [g for g in gpus if model_of[g] == model]
+                if len(ids) < job.gpu_count:
+                    continue
+                picks = ids[: job.gpu_count]
+                if job.same_node:
+                    by_node: dict[str, list[int]] = defaultdict(list)
+                    for g in ids:
+                        by_node[self.pool.info[g].node].append(g)
+                    fitting = [v for v in by_node.values() if len(v) >= job.gpu_count]
+                    if not fitting:
+                        continue
+                    picks = min(fitting, key=len)[: job.gpu_count]
+                self._place(_Candidate((), job, model, picks), False)
+                placed = True
+                break
+            if not placed:
+                self.explained[job.job_id] = Pending(
+                    job.job_id,
+                    PendingReason.NO_CAPACITY,
+                    f"Its reservation has no {_gpus_phrase(job.gpu_count, job.gpu_model)} "
+                    "left now.",
+                )
+
+    # -- why the others wait -----------------------------------------------------------------
+
+    def _explain(self) -> None:
+        waiting = {p.job_id for p in self.decision.pending}
+        fits_cache: dict[tuple, bool] = {}
+        for job in self.queued.values():
+            if job.job_id in waiting:
+                continue
+            pending = self.explained.get(job.job_id)
+            if pending is None:
+                reason, message = self._why(job, fits_cache)
+                pending = Pending(job.job_id, reason, message)
+            estimate = self._estimate(job)
+            self.decision.pending.append(
+                Pending(pending.job_id, pending.reason, pending.message, estimate)
+            )
+
+    def _why(self, job: QueuedJob, fits_cache: dict) -> tuple[PendingReason, str]:
+        models = self._models_for(job.gpu_model)
+        guaranteed_only = (
+            self.policy == "fairshare" and job.priority_class == PriorityClass.GUARANTEED
+        )
+        mode = _GUARANTEE if guaranteed_only else _BASELINE
+        if models and all(
+            job.gpu_count > self._cap(job.team, m, mode, job.priority_class) for m in models
+        ):
+            model = job.gpu_model or models[0]
+            key = self.quotas.key(job.team, model)
+            if guaranteed_only:
+                n = self.quotas.guaranteed(key)
+                return (
+                    PendingReason.QUOTA_REACHED,
+                    f"Team {job.team} is using all {n} guaranteed {_pretty_model(model)} GPUs.",
+                )
+            n = self.quotas.limit(key)
+            return (
+                PendingReason.QUOTA_REACHED,
+                f"Team {job.team} is at its quota of {n} {_pretty_model(model)} GPUs.",
+            )
         if not models:
             return (
                 PendingReason.NO_CAPACITY,
                 f"No schedulable {_pretty_model(job.gpu_model)} GPUs in the fleet.",
             )
         model = job.gpu_model
-        if (
-            any(
-                self.initial_totals.get(m, 0) >= job.gpu_count
-                and self.pool.total.get(m, 0) < job.gpu_count
-                for m in models
-            )
-            and self.policy == "fairshare"
+        if self.policy == "fairshare" and any(
+            self.initial_totals.get(m, 0) >= job.gpu_count
+            and self.pool.total.get(m, 0) < job.gpu_count
+            for m in models
         ):
             ahead = self.placed_count - self.placed_by_team[job.team]
             if ahead:
@@ -361,7 +768,11 @@ class _Cycle:
                     PendingReason.FAIR_SHARE,
                     f"Waiting behind fair share: {ahead} {jobs} of other teams {verb} first.",
                 )
-        if any(self.pool.fits_ignoring_bookings(m, job.gpu_count, job.same_node) for m in models):
+        for m in models:
+            shape = (m, job.gpu_count, job.same_node)
+            if shape not in fits_cache:
+                fits_cache[shape] = self.pool.fits_ignoring_bookings(*shape)
+        if any(fits_cache[(m, job.gpu_count, job.same_node)] for m in models):
             return (
                 PendingReason.RESERVED,
                 f"Free {_pretty_model(model)} GPUs are booked by other teams before this job "
@@ -378,244 +789,34 @@ class _Cycle:
             f"Only {free} {_pretty_model(model)} GPUs are free; the job needs {job.gpu_count}.",
         )
 
-    def _quota_message(self, job: QueuedJob, *, guaranteed_only: bool) -> str:
-        model = job.gpu_model or (self.pool.models[0] if self.pool.models else None)
-        key = self.quotas.key(job.team, model) if model else (job.team, None)
-        if guaranteed_only:
-            n = self.quotas.guaranteed(key)
-            return f"Team {job.team} is using all {n} guaranteed {_pretty_model(model)} GPUs."
-        n = self.quotas.limit(key)
-        return f"Team {job.team} is at its quota of {n} {_pretty_model(model)} GPUs."
-
-    def _build_release_times(self) -> dict[str, list[float]]:
-        out: dict[str, list[float]] = defaultdict(list)
-        for r in self.state.running:
-            out[r.model].extend([r.started_at + r.max_runtime] * len(r.gpu_ids))
-        for times in out.values():
-            times.sort()
-        return out
-
     def _estimate(self, job: QueuedJob) -> float | None:
         """When enough GPUs of the model will be free if running jobs use all their time."""
         best: float | None = None
-        for model in self._models_for(job):
+        for model in self._models_for(job.gpu_model):
             if self.pool.capacity[model] < job.gpu_count:
                 continue
             free = self.pool.total.get(model, 0)
             if free >= job.gpu_count:
                 return self.now
-            times = self._release_times.get(model, [])
+            times = sorted([*self.releases.get(model, []), *self.booking_releases.get(model, [])])
             idx = job.gpu_count - free - 1
             if idx < len(times):
                 t = max(self.now, times[idx])
                 best = t if best is None else min(best, t)
         return best
 
-    def _pend(self, job: QueuedJob, reason: PendingReason, message: str) -> None:
-        self.unplaced[job.job_id] = (job, reason, message)
 
-    def _pend_unplaced(self, job: QueuedJob, result: PendingReason, *, guaranteed_only: bool):
-        if not self.config.explain:
-            self.unplaced[job.job_id] = (job, result, "")
-        elif result == PendingReason.QUOTA_REACHED:
-            self._pend(job, result, self._quota_message(job, guaranteed_only=guaranteed_only))
-        else:
-            self._pend(job, *self._no_capacity_message(job))
-
-    def _exhausted(self) -> bool:
-        """No free GPU left at all (booked ones included): every later job must wait."""
-        return not any(self.pool.total.values()) and not any(
-            ids for nodes in self.pool.booked.values() for ids in nodes.values()
-        )
-
-    # -- phases --------------------------------------------------------------------------
-
-    def reservations(self, jobs: list[QueuedJob]) -> list[QueuedJob]:
-        rest = []
-        for job in jobs:
-            if job.reservation_id is None:
-                rest.append(job)
-                continue
-            gpus = [g for g in self.active.get(job.reservation_id, []) if g not in self.busy]
-            if job.reservation_id not in self.active:
-                self._pend(
-                    job,
-                    PendingReason.RESERVATION_NOT_ACTIVE,
-                    "Its reservation is not active now; the job runs only inside it.",
-                )
-                continue
-            models = [m for m in {self.gpu_model[g] for g in gpus} if job.gpu_model in (None, m)]
-            placed = False
-            for model in sorted(models):
-                ids = [g for g in gpus if self.gpu_model[g] == model]
-                if len(ids) >= job.gpu_count:
-                    picks = ids[: job.gpu_count]
-                    if job.same_node:
-                        by_node: dict[str, list[int]] = defaultdict(list)
-                        for g in ids:
-                            by_node[self.pool.info[g].node].append(g)
-                        fitting = [v for v in by_node.values() if len(v) >= job.gpu_count]
-                        if not fitting:
-                            continue
-                        picks = min(fitting, key=len)[: job.gpu_count]
-                    self.busy.update(picks)
-                    self.decision.placements.append(Placement(job.job_id, tuple(picks), False))
-                    placed = True
-                    break
-            if not placed:
-                self._pend(
-                    job,
-                    PendingReason.NO_CAPACITY,
-                    f"Its reservation has no {_gpus_phrase(job.gpu_count, job.gpu_model)} "
-                    "left now.",
-                )
-        return rest
-
-    def baseline(self, jobs: list[QueuedJob]) -> None:
-        exhausted = False
-        for job in sorted(jobs, key=_order_key(self.policy)):
-            if exhausted:
-                self._pend_unplaced(job, PendingReason.NO_CAPACITY, guaranteed_only=False)
-                continue
-            result = self._try_place(job, within_guarantee=False)
-            if result is True:
-                exhausted = self._exhausted()
-                continue
-            self._pend_unplaced(job, result, guaranteed_only=False)
-
-    def fairshare(self, jobs: list[QueuedJob]) -> None:
-        order = _order_key("fifo")
-        jobs = sorted(jobs, key=order)
-        spare: list[QueuedJob] = []
-        # Phase 1: guaranteed share, oldest first.
-        exhausted = self._exhausted()
-        for job in jobs:
-            if job.priority_class == PriorityClass.PREEMPTIBLE:
-                spare.append(job)
-                continue
-            if exhausted:
-                result: bool | PendingReason = PendingReason.NO_CAPACITY
-            else:
-                result = self._try_place(job, within_guarantee=True)
-                exhausted = result is True and self._exhausted()
-            if result is True:
-                continue
-            if job.priority_class == PriorityClass.GUARANTEED:
-                # Guaranteed jobs never run above the guarantee; when within it but short of
-                # free GPUs they are candidates for preemption below.
-                self._pend_unplaced(job, result, guaranteed_only=True)
-                continue
-            spare.append(job)
-        # Phase 2: weighted fair share of the spare capacity.
-        by_team: dict[str, list[QueuedJob]] = defaultdict(list)
-        for job in spare:
-            by_team[job.team].append(job)
-        total_capacity = max(1, sum(self.pool.capacity.values()))
-        half_life = max(1.0, self.config.usage_half_life_seconds)
-        aging = self.config.aging_per_hour / 3600.0
-
-        def share(team: str, next_job: QueuedJob) -> float:
-            weight = max(1.0, self.quotas.weight.get(team, 0.0))
-            history = self.state.usage.get(team, 0.0) / (total_capacity * half_life)
-            now_share = self.team_gpus[team] / total_capacity
-            return (history + now_share) / weight - aging * (self.now - next_job.submitted_at)
-
-        heap: list[tuple[float, str, int]] = []
-        for team, team_jobs in by_team.items():
-            heapq.heappush(heap, (share(team, team_jobs[0]), team, 0))
-        exhausted = self._exhausted()
-        while heap:
-            _, team, idx = heapq.heappop(heap)
-            team_jobs = by_team[team]
-            if exhausted:
-                for job in team_jobs[idx:]:
-                    self._pend_unplaced(job, PendingReason.NO_CAPACITY, guaranteed_only=False)
-                continue
-            job = team_jobs[idx]
-            result = self._try_place(job, within_guarantee=False)
-            if result is True:
-                exhausted = self._exhausted()
-            else:
-                self._pend_unplaced(job, result, guaranteed_only=False)
-            if idx + 1 < len(team_jobs):
-                heapq.heappush(heap, (share(team, team_jobs[idx + 1]), team, idx + 1))
-
-    def preempt(self) -> None:
-        """Stop over-quota work of other teams, newest first, for jobs within a guarantee."""
-        victims = sorted(
-            (
-                r
-                for r in self.state.running
-                if r.reservation_id is None
-                and (r.over_quota or r.priority_class == PriorityClass.PREEMPTIBLE)
-                and r.priority_class != PriorityClass.GUARANTEED
-            ),
-            key=lambda r: (-r.started_at, -r.job_id),
-        )
-        if not victims:
-            return
-        taken: set[int] = set()
-        waiting = sorted(
-            (
-                job
-                for job, reason, _ in self.unplaced.values()
-                if job.reservation_id is None
-                and job.priority_class != PriorityClass.PREEMPTIBLE
-                and reason
-                in (PendingReason.NO_CAPACITY, PendingReason.FAIR_SHARE, PendingReason.RESERVED)
-            ),
-            key=_order_key("fifo"),
-        )
-        for job in waiting:
-            for model in self._models_for(job):
-                key = self.quotas.key(job.team, model)
-                if self.quotas.used[key] + job.gpu_count > self.quotas.guaranteed(key):
-                    continue
-                chosen = self._victims_for(job, model, victims, taken)
-                if chosen is None:
-                    continue
-                for v in chosen:
-                    taken.add(v.job_id)
-                    self.decision.preemptions.append(Preemption(v.job_id, job.job_id))
-                # Count the GPUs toward the waiting job's guarantee so later jobs see them.
-                self.quotas.used[key] += job.gpu_count
-                self.unplaced[job.job_id] = (
-                    job,
-                    PendingReason.WAITING_FOR_PREEMPTION,
-                    f"Stopping {len(chosen)} over-quota job{'s' if len(chosen) != 1 else ''} "
-                    "of other teams to free its guaranteed GPUs.",
-                )
-                break
-
-    def _victims_for(
-        self, job: QueuedJob, model: str, victims: list[RunningJob], taken: set[int]
-    ) -> list[RunningJob] | None:
-        free_by_node: dict[str, int] = defaultdict(int)
-        for node, ids in self.pool.clean[model].items():
-            free_by_node[node] += len(ids)
-        free_total = sum(free_by_node.values())
-        chosen: list[RunningJob] = []
-        for v in victims:
-            if v.job_id in taken or v.team == job.team or v.model != model:
-                continue
-            chosen.append(v)
-            for gid in v.gpu_ids:
-                free_by_node[self.pool.info[gid].node] += 1
-            free_total += len(v.gpu_ids)
-            if job.same_node:
-                if max(free_by_node.values()) >= job.gpu_count:
-                    return chosen
-            elif free_total >= job.gpu_count:
-                return chosen
-        return None
-
-    def finish(self) -> Decision:
-        explain = self.config.explain
-        for job, reason, message in self.unplaced.values():
-            estimate = self._estimate(job) if explain else None
-            self.decision.pending.append(Pending(job.job_id, reason, message, estimate))
-        self.decision.pending.sort(key=lambda p: p.job_id)
-        return self.decision
+def engine_from_state(
+    state: ClusterState, policy: str = "fairshare", config: SchedulerConfig | None = None
+) -> Engine:
+    """An engine holding exactly what ``state`` describes."""
+    engine = Engine(state.gpus, state.quotas, policy, config)
+    for run in state.running:
+        engine.add_running(run)
+    engine.add_bookings(state.bookings, state.now)
+    for job in state.queued:
+        engine.enqueue(job)
+    return engine
 
 
 def schedule(
@@ -623,21 +824,22 @@ def schedule(
 ) -> Decision:
     """Decide which queued jobs start now, which running jobs to preempt, and why others wait.
 
-    Pure: reads ``state`` only and returns a ``Decision``; every queued job ends up in exactly
-    one of ``placements`` or ``pending``.
+    Pure: reads ``state`` only and returns a ``Decision``. With ``config.explain`` (the
+    default) every queued job ends up in exactly one of ``placements`` or ``pending``; jobs
+    that will start on preempted GPUs are pending ``WAITING_FOR_PREEMPTION`` and are also
+    listed in ``after_preemption``.
     """
-    if policy not in POLICIES:
-        raise ValueError(f"Unknown policy {policy!r}; choose one of {', '.join(POLICIES)}.")
-    config = config or SchedulerConfig()
-    cycle = _Cycle(state, policy, config)
-    queued = cycle.reservations(list(state.queued))
-    if policy == "fairshare":
-        cycle.fairshare(queued)
-        if config.preemption_enabled:
-            cycle.preempt()
-    else:
-        cycle.baseline(queued)
-    return cycle.finish()
+    engine = engine_from_state(state, policy, config)
+    return engine.cycle(state.now, state.usage)
 
 
-__all__ = ["POLICIES", "SchedulerConfig", "decay_usage", "schedule"]
+__all__ = [
+    "POLICIES",
+    "Engine",
+    "SchedulerConfig",
+    "UsageMeter",
+    "decay_usage",
+    "engine_from_state",
+    "running_from",
+    "schedule",
+]

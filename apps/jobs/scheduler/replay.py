@@ -1,16 +1,24 @@
 """Replay a job trace in simulated time with the live scheduler. Pure Python, no Django.
 
 ``simulate(jobs, gpus, quotas, policy)`` is event-driven: at every instant where a job arrives
-or ends it runs one ``schedule()`` cycle on the simulated cluster, starts what it places, stops
-what it preempts (the job goes back to the queue and later restarts from the beginning), and
-moves on to the next event. A job runs for its trace ``duration``; its ``max_runtime`` is the
-duration unless the trace gives one. Jobs that could never fit (more GPUs than any node /
-model / quota limit allows) are left out and counted.
+or ends it runs one scheduling cycle, starts what it places, stops what it preempts and moves
+on to the next event. It keeps one ``Engine`` for the whole replay and tells it only what
+changed (``incremental=True``, the default); ``incremental=False`` instead loads a fresh engine
+from a full ``ClusterState`` at every event through ``schedule()``, exactly as the live
+dispatcher does, and must make the same decisions (a property test checks it).
 
-Metrics (``ReplayResult``): utilization (GPU-seconds run / GPUs x makespan), average / p50 /
-p95 job completion time and wait (time from submit to the final start), average wait per team,
-GPU-hours per team, Jain's fairness index of (team's share of GPU-time / team's share of the
-guarantee) over teams with a guarantee, preemption count and jobs that never fit.
+A job runs for its trace ``duration``; its ``max_runtime`` is the duration unless the trace
+gives one. A job larger than every node is a multi-node gang. A preempted job goes back to the
+queue: a ``checkpointable`` one resumes with the work it had done, any other restarts from the
+beginning and its attempt's GPU-seconds count as lost. Jobs that could never fit (more GPUs
+than the fleet / model / quota limit allows) are left out and counted.
+
+Metrics (``ReplayResult``): utilization (GPU-seconds run / GPUs x makespan), makespan, JCT and
+wait (submit to final start) average / p50 / p95, slowdown ((end - submit) / duration, duration
+floored at 10 s), fairness = Jain's index over per-team average slowdown, preemptions and
+GPU-hours lost; per team: jobs, average and p95 wait, average slowdown, GPU-hours, and hours
+spent below its guarantee while it had queued work; queue length over time; one row per job
+(``job_rows``, see ``JOB_COLUMNS``).
 """
 
 from __future__ import annotations
@@ -20,14 +28,36 @@ import math
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field, replace
 
-from apps.jobs.scheduler.core import SchedulerConfig, decay_usage, schedule
+from apps.jobs.scheduler.core import (
+    Engine,
+    SchedulerConfig,
+    UsageMeter,
+    running_from,
+    schedule,
+)
 from apps.jobs.scheduler.state import (
     ClusterState,
+    Decision,
     GpuInfo,
     PriorityClass,
     QueuedJob,
     RunningJob,
     TeamQuota,
+)
+
+SLOWDOWN_FLOOR_SECONDS = 10.0
+JOB_COLUMNS = (
+    "job_id",
+    "team",
+    "gpus",
+    "submit",
+    "duration",
+    "first_start",
+    "final_start",
+    "end",
+    "attempts",
+    "preemptions",
+    "gpu_seconds_lost",
 )
 
 
@@ -40,7 +70,8 @@ class TraceJob:
     team: str
     model: str | None = None  # None: any model
     max_runtime: float | None = None  # defaults to duration
-    same_node: bool = True
+    same_node: bool = True  # ignored for jobs larger than every node (multi-node gangs)
+    checkpointable: bool = False
 
 
 @dataclass
@@ -57,16 +88,26 @@ class ReplayResult:
     avg_wait: float
     p50_wait: float
     p95_wait: float
-    jain_fairness: float
+    jain_fairness: float  # over per-team average slowdown
     makespan: float
+    avg_slowdown: float = 0.0
+    gpu_hours_delivered: float = 0.0
+    gpu_hours_lost: float = 0.0
     team_avg_wait: dict[str, float] = field(default_factory=dict)
+    team_p95_wait: dict[str, float] = field(default_factory=dict)
+    team_avg_slowdown: dict[str, float] = field(default_factory=dict)
     team_gpu_hours: dict[str, float] = field(default_factory=dict)
     team_jobs: dict[str, int] = field(default_factory=dict)
+    team_below_guarantee_hours: dict[str, float] = field(default_factory=dict)
     # team -> model -> [GPU-hours, of which over quota], for pricing a replay
     team_model_gpu_hours: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+    # (seconds since the first submit, jobs queued), sampled
+    queue_length: list[tuple[float, int]] = field(default_factory=list)
+    # one tuple per finished job, in JOB_COLUMNS order (not part of as_dict)
+    job_rows: list[tuple] = field(default_factory=list, repr=False)
 
     def as_dict(self) -> dict:
-        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+        return {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "job_rows"}
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -86,48 +127,42 @@ def jain_index(values: list[float]) -> float:
     return (total * total) / (len(values) * squares) if squares else 1.0
 
 
-def _fits_ever(job: TraceJob, gpus: list[GpuInfo], quotas: list[TeamQuota]) -> bool:
-    node_sizes: dict[tuple[str, str], int] = Counter((g.model, g.node) for g in gpus)
-    per_model: dict[str, int] = Counter(g.model for g in gpus)
-    largest: dict[str, int] = defaultdict(int)
-    for (model, _), n in node_sizes.items():
-        largest[model] = max(largest[model], n)
-    limits = {(q.team, q.model): q.limit for q in quotas}
-    for model in per_model:
-        if job.model is not None and job.model != model:
-            continue
-        room = largest[model] if job.same_node else per_model[model]
-        limit = limits.get((job.team, model), limits.get((job.team, None)))
-        if job.gpus <= room and (limit is None or job.gpus <= limit):
-            return True
-    return False
+class _Fleet:
+    """Sizes the replay needs to decide whether a job can ever run and on how many nodes."""
+
+    def __init__(self, gpus: list[GpuInfo], quotas: list[TeamQuota]) -> None:
+        node_sizes = Counter((g.model, g.node) for g in gpus)
+        self.per_model: dict[str, int] = Counter(g.model for g in gpus)
+        self.largest: dict[str, int] = defaultdict(int)
+        for (model, _), n in node_sizes.items():
+            self.largest[model] = max(self.largest[model], n)
+        self.limits = {(q.team, q.model): q.limit for q in quotas}
+
+    def multi_node(self, job: TraceJob) -> bool:
+        """A job no node can hold alone runs across nodes, whatever the trace says."""
+        models = [job.model] if job.model else list(self.per_model)
+        return not job.same_node or all(job.gpus > self.largest.get(m, 0) for m in models)
+
+    def fits_ever(self, job: TraceJob) -> bool:
+        for model, total in self.per_model.items():
+            if job.model is not None and job.model != model:
+                continue
+            limit = self.limits.get((job.team, model), self.limits.get((job.team, None)))
+            if job.gpus <= total and (limit is None or job.gpus <= limit):
+                return True
+        return False
 
 
-def _worth_a_cycle(
-    policy: str,
-    config: SchedulerConfig,
-    capacity: int,
-    running: dict[int, RunningJob],
-    queue: dict[int, QueuedJob],
-    quotas: list[TeamQuota],
-) -> bool:
-    """False when a cycle cannot change anything: no GPU is free and nothing can be preempted
-    (saves O(queue) work per event when the cluster is full)."""
-    busy = sum(len(r.gpu_ids) for r in running.values())
-    if busy < capacity:
-        return True
-    if policy != "fairshare" or not config.preemption_enabled:
-        return False
-    if not any(r.over_quota for r in running.values()):
-        return False
-    guaranteed: dict[str, int] = defaultdict(int)
-    for q in quotas:
-        guaranteed[q.team] += q.guaranteed
-    held: dict[str, int] = defaultdict(int)
-    for r in running.values():
-        if not r.over_quota:
-            held[r.team] += len(r.gpu_ids)
-    return any(held[j.team] + j.gpu_count <= guaranteed[j.team] for j in queue.values())
+@dataclass(slots=True)
+class _JobRecord:
+    job: TraceJob
+    attempts: int = 0
+    preemptions: int = 0
+    first_start: float | None = None
+    final_start: float | None = None
+    end: float | None = None
+    lost: float = 0.0
+    done: float = 0.0  # work kept from earlier attempts (checkpointable jobs)
 
 
 def simulate(
@@ -136,143 +171,234 @@ def simulate(
     quotas: list[TeamQuota],
     policy: str,
     config: SchedulerConfig | None = None,
+    *,
+    incremental: bool = True,
+    decisions: list | None = None,
 ) -> ReplayResult:
-    """Replay ``jobs`` on ``gpus`` under ``policy``; see the module docstring."""
+    """Replay ``jobs`` on ``gpus`` under ``policy``; see the module docstring. When given,
+    ``decisions`` receives (time, placements, preemptions) of every cycle that did something."""
     config = replace(config or SchedulerConfig(), explain=False)
+    fleet = _Fleet(gpus, quotas)
     fit_cache: dict[tuple, bool] = {}
     arrivals: list[TraceJob] = []
     never_fit = 0
     for j in jobs:
-        key = (j.gpus, j.team, j.model, j.same_node)
+        key = (j.gpus, j.team, j.model)
         if key not in fit_cache:
-            fit_cache[key] = _fits_ever(j, gpus, quotas)
+            fit_cache[key] = fleet.fits_ever(j)
         if fit_cache[key]:
-            arrivals.append(j)
+            arrivals.append(replace(j, same_node=not fleet.multi_node(j)))
         else:
             never_fit += 1
     arrivals.sort(key=lambda j: (j.submit, j.job_id))
-    by_id = {j.job_id: j for j in arrivals}
+    records = {j.job_id: _JobRecord(j) for j in arrivals}
     model_of = {g.gpu_id: g.model for g in gpus}
 
+    engine = Engine(gpus, quotas, policy, config) if incremental else None
+    meter = UsageMeter(config.usage_half_life_seconds)
     queue: dict[int, QueuedJob] = {}
     running: dict[int, RunningJob] = {}
     ends: list[tuple[float, int, int]] = []  # (end time, job id, attempt)
-    attempt: dict[int, int] = defaultdict(int)
-    final_start: dict[int, float] = {}
-    finish: dict[int, float] = {}
     gpu_seconds: dict[str, float] = defaultdict(float)
     model_seconds: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0.0])
     preemptions = 0
-    usage: dict[str, float] = {}
-    next_arrival = 0
-    now = arrivals[0].submit if arrivals else 0.0
-    first = now
-    last_usage_at = now
 
-    def queued_of(j: TraceJob) -> QueuedJob:
+    guaranteed: dict[str, int] = defaultdict(int)
+    for q in quotas:
+        guaranteed[q.team] += q.guaranteed
+    held: dict[str, int] = defaultdict(int)
+    queued_per_team: dict[str, int] = defaultdict(int)
+    below: set[str] = set()
+    below_seconds: dict[str, float] = defaultdict(float)
+
+    def flag(team: str) -> None:
+        if queued_per_team[team] and held[team] < guaranteed.get(team, 0):
+            below.add(team)
+        else:
+            below.discard(team)
+
+    first = arrivals[0].submit if arrivals else 0.0
+    span = (arrivals[-1].submit - first) if arrivals else 0.0
+    sample_every = max(60.0, span / 1500.0)
+    queue_length: list[tuple[float, int]] = []
+    next_sample = first
+
+    def queued_of(rec: _JobRecord) -> QueuedJob:
+        j = rec.job
+        remaining = j.duration - rec.done
+        limit = (j.max_runtime or j.duration) - rec.done
         return QueuedJob(
             j.job_id,
             j.team,
             j.model,
             j.gpus,
-            j.max_runtime or j.duration,
+            max(1.0, limit if limit > 0 else remaining),
             j.submit,
             PriorityClass.OVER_QUOTA,
             j.same_node,
+            None,
+            j.checkpointable,
+            rec.preemptions,
         )
 
-    def _start(placements, at: float) -> None:
-        for placement in placements:
-            j = by_id[placement.job_id]
-            del queue[j.job_id]
-            attempt[j.job_id] += 1
-            final_start[j.job_id] = at
-            running[j.job_id] = RunningJob(
-                j.job_id,
-                j.team,
-                model_of[placement.gpu_ids[0]],
-                placement.gpu_ids,
-                at,
-                j.max_runtime or j.duration,
-                PriorityClass.OVER_QUOTA,
-                placement.over_quota,
-            )
-            heapq.heappush(ends, (at + j.duration, j.job_id, attempt[j.job_id]))
+    def enqueue(rec: _JobRecord) -> None:
+        q = queued_of(rec)
+        if engine is not None:
+            engine.enqueue(q)
+        queue[q.job_id] = q
+        queued_per_team[q.team] += 1
+        flag(q.team)
 
-    def stop(job_id: int, at: float) -> None:
+    def start(placement, at: float) -> None:
+        rec = records[placement.job_id]
+        j = rec.job
+        q = queue.pop(j.job_id)
+        queued_per_team[j.team] -= 1
+        model = model_of[placement.gpu_ids[0]]
+        running[j.job_id] = running_from(q, placement.gpu_ids, model, at, placement.over_quota)
+        rec.attempts += 1
+        if rec.first_start is None:
+            rec.first_start = at
+        rec.final_start = at
+        heapq.heappush(ends, (at + j.duration - rec.done, j.job_id, rec.attempts))
+        meter.change(j.team, j.gpus, at)
+        held[j.team] += j.gpus
+        flag(j.team)
+
+    def stop(job_id: int, at: float) -> RunningJob:
         r = running.pop(job_id)
+        if engine is not None and job_id in engine.running:
+            engine.remove_running(job_id)
         used = len(r.gpu_ids) * (at - r.started_at)
         gpu_seconds[r.team] += used
         model_seconds[r.team, r.model][0] += used
         if r.over_quota:
             model_seconds[r.team, r.model][1] += used
+        meter.change(r.team, -len(r.gpu_ids), at)
+        held[r.team] -= len(r.gpu_ids)
+        flag(r.team)
+        return r
 
-    while next_arrival < len(arrivals) or ends or queue:
+    next_arrival = 0
+    now = first
+    while next_arrival < len(arrivals) or ends:
         candidates = []
         if next_arrival < len(arrivals):
             candidates.append(arrivals[next_arrival].submit)
         if ends:
             candidates.append(ends[0][0])
-        if not candidates:
-            break  # queued jobs that no event can ever start
-        now = max(now, min(candidates))
-        usage = decay_usage(
-            usage,
-            list(running.values()),
-            elapsed=now - last_usage_at,
-            half_life=config.usage_half_life_seconds,
-        )
-        last_usage_at = now
+        t = max(now, min(candidates))
+        for team in below:
+            below_seconds[team] += t - now
+        now = t
         while ends and ends[0][0] <= now:
-            _, job_id, att = heapq.heappop(ends)
-            if job_id in running and attempt[job_id] == att:
+            _, job_id, attempt = heapq.heappop(ends)
+            rec = records[job_id]
+            if job_id in running and rec.attempts == attempt:
                 stop(job_id, now)
-                finish[job_id] = now
+                rec.end = now
         while next_arrival < len(arrivals) and arrivals[next_arrival].submit <= now:
-            j = arrivals[next_arrival]
-            queue[j.job_id] = queued_of(j)
+            enqueue(records[arrivals[next_arrival].job_id])
             next_arrival += 1
-        # A cycle right after a preemption starts the job that waited for it, at once.
-        for _ in range(2):
-            if not queue or not _worth_a_cycle(policy, config, len(gpus), running, queue, quotas):
-                break
-            state = ClusterState(
-                now,
-                gpus,
-                list(queue.values()),
-                list(running.values()),
-                [],
-                quotas,
-                usage,
-            )
-            decision = schedule(state, policy, config)
-            for pre in decision.preemptions:
-                if pre.job_id in running:
-                    stop(pre.job_id, now)
-                    attempt[pre.job_id] += 1
-                    queue[pre.job_id] = queued_of(by_id[pre.job_id])
-                    preemptions += 1
-            _start(decision.placements, now)
-            if not decision.preemptions:
-                break
+        if queue:
+            if engine is not None:
+                decision = engine.cycle(now, meter.view(now))
+            else:
+                state = ClusterState(
+                    now,
+                    gpus,
+                    list(queue.values()),
+                    list(running.values()),
+                    [],
+                    quotas,
+                    meter.snapshot(now),
+                )
+                decision = schedule(state, policy, config)
+            _apply(decision, now, records, start, stop, enqueue)
+            preemptions += len(decision.preemptions)
+            if decisions is not None and (
+                decision.placements or decision.preemptions or decision.after_preemption
+            ):
+                decisions.append(
+                    (
+                        now,
+                        [(p.job_id, p.gpu_ids, p.over_quota) for p in decision.placements],
+                        [(p.job_id, p.for_job_id) for p in decision.preemptions],
+                        [(p.job_id, p.gpu_ids) for p in decision.after_preemption],
+                    )
+                )
+        if now >= next_sample:
+            queue_length.append((now - first, len(queue)))
+            next_sample = now + sample_every
+    return _result(
+        policy,
+        jobs,
+        never_fit,
+        preemptions,
+        records,
+        gpus,
+        gpu_seconds,
+        model_seconds,
+        below_seconds,
+        queue_length,
+        first,
+    )
 
-    makespan = max(finish.values(), default=first) - first
-    capacity = len(gpus)
-    done = [by_id[i] for i in finish]
-    jct = [finish[j.job_id] - j.submit for j in done]
-    wait = [final_start[j.job_id] - j.submit for j in done]
+
+def _apply(decision: Decision, now, records, start, stop, enqueue) -> None:
+    for pre in decision.preemptions:
+        r = stop(pre.job_id, now)
+        rec = records[pre.job_id]
+        rec.preemptions += 1
+        if rec.job.checkpointable:
+            rec.done += now - r.started_at
+        else:
+            rec.lost += len(r.gpu_ids) * (now - r.started_at)
+            rec.done = 0.0
+    for placement in decision.placements:
+        start(placement, now)
+    for placement in decision.after_preemption:
+        start(placement, now)
+    # Victims queue again after the cycle: never restarted in the cycle that stopped them.
+    for pre in decision.preemptions:
+        enqueue(records[pre.job_id])
+
+
+def _result(
+    policy, jobs, never_fit, preemptions, records, gpus, gpu_seconds, model_seconds,
+    below_seconds, queue_length, first,
+) -> ReplayResult:  # fmt: skip
+    done = [rec for rec in records.values() if rec.end is not None]
+    makespan = max((rec.end for rec in done), default=first) - first
+    jct = [rec.end - rec.job.submit for rec in done]
+    wait = [rec.final_start - rec.job.submit for rec in done]
+    slowdown = [
+        (rec.end - rec.job.submit) / max(rec.job.duration, SLOWDOWN_FLOOR_SECONDS) for rec in done
+    ]
     team_wait: dict[str, list[float]] = defaultdict(list)
-    for j in done:
-        team_wait[j.team].append(final_start[j.job_id] - j.submit)
-    guaranteed: dict[str, float] = defaultdict(float)
-    for q in quotas:
-        guaranteed[q.team] += q.guaranteed
-    total_g = sum(guaranteed.values())
+    team_slow: dict[str, list[float]] = defaultdict(list)
+    for rec, w, s in zip(done, wait, slowdown, strict=True):
+        team_wait[rec.job.team].append(w)
+        team_slow[rec.job.team].append(s)
+    team_avg_slowdown = {t: sum(v) / len(v) for t, v in sorted(team_slow.items())}
     total_used = sum(gpu_seconds.values())
-    ratios = [
-        (gpu_seconds.get(team, 0.0) / total_used) / (g / total_g)
-        for team, g in guaranteed.items()
-        if g > 0 and total_used > 0
+    lost = sum(rec.lost for rec in records.values())
+    capacity = len(gpus)
+    rows = [
+        (
+            rec.job.job_id,
+            rec.job.team,
+            rec.job.gpus,
+            rec.job.submit,
+            rec.job.duration,
+            rec.first_start,
+            rec.final_start,
+            rec.end,
+            rec.attempts,
+            rec.preemptions,
+            rec.lost,
+        )
+        for rec in sorted(records.values(), key=lambda r: r.job.job_id)
     ]
     return ReplayResult(
         policy=policy,
@@ -287,12 +413,20 @@ def simulate(
         avg_wait=sum(wait) / len(wait) if wait else 0.0,
         p50_wait=_percentile(wait, 0.5),
         p95_wait=_percentile(wait, 0.95),
-        jain_fairness=jain_index(ratios),
+        jain_fairness=jain_index(list(team_avg_slowdown.values())),
         makespan=makespan,
+        avg_slowdown=sum(slowdown) / len(slowdown) if slowdown else 0.0,
+        gpu_hours_delivered=total_used / 3600.0,
+        gpu_hours_lost=lost / 3600.0,
         team_avg_wait={t: sum(v) / len(v) for t, v in sorted(team_wait.items())},
+        team_p95_wait={t: _percentile(v, 0.95) for t, v in sorted(team_wait.items())},
+        team_avg_slowdown=team_avg_slowdown,
         team_gpu_hours={t: s / 3600.0 for t, s in sorted(gpu_seconds.items())},
-        team_jobs=dict(sorted(Counter(j.team for j in done).items())),
+        team_jobs=dict(sorted(Counter(rec.job.team for rec in done).items())),
+        team_below_guarantee_hours={t: s / 3600.0 for t, s in sorted(below_seconds.items())},
         team_model_gpu_hours=_hours_by_team_and_model(model_seconds),
+        queue_length=queue_length,
+        job_rows=rows,
     )
 
 
@@ -307,19 +441,24 @@ ROWS = [
     ("jobs finished", "finished", "{:,}"),
     ("never fit", "never_fit", "{:,}"),
     ("preemptions", "preemptions", "{:,}"),
+    ("GPU-h lost", "gpu_hours_lost", "{:,.1f}"),
+    ("GPU-h delivered", "gpu_hours_delivered", "{:,.0f}"),
     ("utilization", "utilization", "{:.1%}"),
+    ("makespan (h)", "makespan", "h"),
     ("avg JCT (h)", "avg_jct", "h"),
     ("p50 JCT (h)", "p50_jct", "h"),
     ("p95 JCT (h)", "p95_jct", "h"),
     ("avg wait (h)", "avg_wait", "h"),
     ("p50 wait (h)", "p50_wait", "h"),
     ("p95 wait (h)", "p95_wait", "h"),
-    ("Jain fairness", "jain_fairness", "{:.3f}"),
+    ("avg slowdown", "avg_slowdown", "{:.2f}"),
+    ("Jain slowdown", "jain_fairness", "{:.3f}"),
 ]
 
 
 def format_table(results: dict[str, ReplayResult]) -> str:
-    """The metrics of several policies side by side, as fixed-width text."""
+    """The metrics of several policies side by side, as fixed-width text, then per team:
+    average / p95 wait (h), average slowdown and hours below guarantee with work queued."""
     names = list(results)
     lines = ["  " + f"{'metric':16s}" + "".join(f"{n:>14s}" for n in names)]
     for label, attr, fmt in ROWS:
@@ -329,7 +468,31 @@ def format_table(results: dict[str, ReplayResult]) -> str:
             cells.append(f"{value / 3600:.2f}" if fmt == "h" else fmt.format(value))
         lines.append("  " + f"{label:16s}" + "".join(f"{c:>14s}" for c in cells))
     teams = sorted({t for r in results.values() for t in r.team_avg_wait})
+    if teams:
+        lines.append(
+            "  per team: jobs | avg wait h | p95 wait h | avg slowdown | h below guarantee"
+        )
     for team in teams:
-        cells = [f"{results[n].team_avg_wait.get(team, 0.0) / 3600:.2f}" for n in names]
-        lines.append("  " + f"wait {team[:11]:11s}" + "".join(f"{c:>14s}" for c in cells))
+        cells = []
+        for n in names:
+            r = results[n]
+            cells.append(
+                f"{r.team_jobs.get(team, 0):>6,} {r.team_avg_wait.get(team, 0.0) / 3600:6.2f} "
+                f"{r.team_p95_wait.get(team, 0.0) / 3600:6.2f} "
+                f"{r.team_avg_slowdown.get(team, 0.0):7.2f} "
+                f"{r.team_below_guarantee_hours.get(team, 0.0):7.1f}"
+            )
+        lines.append("  " + f"{team[:14]:14s}" + "  ".join(f"{c:>36s}" for c in cells))
     return "\n".join(lines)
+
+
+def write_job_rows(result: ReplayResult, handle) -> int:
+    """One CSV row per job (``JOB_COLUMNS``); times in seconds as in the trace."""
+    import csv
+
+    writer = csv.writer(handle)
+    writer.writerow(JOB_COLUMNS)
+    for row in result.job_rows:
+        writer.writerow(["" if v is None else (round(v, 3) if isinstance(v, float) else v)
+                         for v in row])  # fmt: skip
+    return len(result.job_rows)

@@ -58,6 +58,8 @@ class RunningJob:
     priority_class: PriorityClass
     over_quota: bool  # placed above the team's guarantee (preemptible)
     reservation_id: int | None = None
+    checkpointable: bool = False  # resumes with its progress after a preemption
+    preemptions: int = 0  # times it was preempted before; protected at the configured cap
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +73,8 @@ class QueuedJob:
     priority_class: PriorityClass = PriorityClass.OVER_QUOTA
     same_node: bool = True
     reservation_id: int | None = None  # run inside this reservation's GPUs only
+    checkpointable: bool = False
+    preemptions: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +108,8 @@ class Placement:
 class Preemption:
     job_id: int
     for_job_id: int  # the waiting job within its guarantee that needs the GPUs
+    # GPU-seconds of work thrown away: the attempt's runtime unless the job is checkpointable.
+    gpu_seconds_lost: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,3 +125,6 @@ class Decision:
     placements: list[Placement] = field(default_factory=list)
     preemptions: list[Preemption] = field(default_factory=list)
     pending: list[Pending] = field(default_factory=list)
+    # Jobs that start on the GPUs of this cycle's preemptions once those jobs have stopped
+    # (the replayer starts them at once; the live dispatcher places them next cycle).
+    after_preemption: list[Placement] = field(default_factory=list)

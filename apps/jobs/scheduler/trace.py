@@ -150,7 +150,8 @@ def parse_fleet(spec: str) -> list[GpuInfo]:
             model = "GPU"
         for _ in range(nodes):
             node = f"node-{node_no:04d}"
-            gpus.extend(GpuInfo(len(gpus) + i, node, model, node) for i in range(per_node))
+            base = len(gpus)  # not inside the generator: extend grows the list as it goes
+            gpus.extend(GpuInfo(base + i, node, model, node) for i in range(per_node))
             node_no += 1
     if not gpus:
         raise TraceError("The fleet has no GPUs.")
@@ -165,7 +166,8 @@ def load_fleet_csv(path: str | Path) -> list[GpuInfo]:
             count = int(_num(row, "gpu", line))
             node = row.get("sn") or f"node-{line}"
             model = (row.get("model") or "").strip() or "GPU"
-            gpus.extend(GpuInfo(len(gpus) + i, node, model, node) for i in range(count))
+            base = len(gpus)
+            gpus.extend(GpuInfo(base + i, node, model, node) for i in range(count))
     if not gpus:
         raise TraceError("The fleet file has no GPUs.")
     return gpus
