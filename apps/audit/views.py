@@ -4,7 +4,7 @@ from django.core.paginator import Paginator
 from django.shortcuts import render
 
 from apps.audit.selectors import audit_event_list, audit_filter_choices, field_changes
-from apps.teams.permissions import is_platform_admin
+from portal.roles import is_platform_admin
 
 
 @login_required

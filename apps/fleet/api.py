@@ -6,7 +6,7 @@ from rest_framework.response import Response
 from apps.fleet import selectors, services
 from apps.fleet.filters import GpuFilter, NodeFilter
 from apps.fleet.models import Gpu, MaintenanceWindow, Node
-from apps.teams.permissions import IsPlatformAdmin, ReadAnyWritePlatformAdmin
+from portal.roles import IsPlatformAdmin, ReadAnyWritePlatformAdmin
 
 
 class NodeSerializer(serializers.ModelSerializer):

@@ -15,9 +15,9 @@ from django.utils import timezone
 from apps.audit.services import audit_record
 from apps.fleet.choices import GpuStatus, NodeStatus
 from apps.fleet.models import Gpu, MaintenanceWindow, Node
-from apps.teams.permissions import is_platform_admin
 from portal import hooks
 from portal.exceptions import ConflictError, PolicyRefusal
+from portal.roles import is_platform_admin
 
 NODE_TRANSITIONS: dict[str, tuple[set[str], str]] = {
     "drain": ({NodeStatus.UP, NodeStatus.UNREACHABLE}, NodeStatus.DRAINED),
@@ -40,10 +40,13 @@ class StateChange:
 
 
 def _relocate_bookings(gpu_ids: list[int], actor, *, during=None) -> dict:
-    # Imported here: reservations builds on fleet, not the other way round.
-    from apps.reservations.services import reservations_relocate_off_gpus
-
-    return reservations_relocate_off_gpus(gpu_ids=gpu_ids, actor=actor, during=during)
+    """GPUs leave service: the subscribers of `gpus.leaving_service` (reservations: move the
+    bookings on them) report what they did; their reports are merged."""
+    relocation: dict[str, list] = {"moved": [], "unresolved": []}
+    for report in hooks.emit("gpus.leaving_service", gpu_ids=gpu_ids, actor=actor, during=during):
+        for key, items in report.items():
+            relocation.setdefault(key, []).extend(items)
+    return relocation
 
 
 def _require_platform_admin(actor) -> None:

@@ -10,8 +10,8 @@ from django.views.decorators.http import require_POST
 
 from apps.fleet import selectors, services
 from apps.fleet.models import Gpu, MaintenanceWindow, Node
-from apps.teams.permissions import is_platform_admin
 from portal.exceptions import ApplicationError
+from portal.roles import is_platform_admin
 
 OPERATIONS = {"drain", "undrain", "retire"}
 

@@ -7,8 +7,11 @@ class JobsConfig(AppConfig):
     verbose_name = "GPU jobs"
 
     def ready(self) -> None:
+        from apps.jobs.selectors import job_busy_intervals
         from apps.jobs.services import jobs_requeue_for_node
         from portal import hooks
 
         # Telemetry (through fleet) declares a node lost; its jobs are requeued.
         hooks.subscribe("node.lost", jobs_requeue_for_node)
+        # Availability of GPUs for bookings counts the GPUs running jobs hold.
+        hooks.subscribe("gpus.busy_intervals", job_busy_intervals)

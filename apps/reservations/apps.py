@@ -5,3 +5,10 @@ class ReservationsConfig(AppConfig):
     name = "apps.reservations"
     label = "reservations"
     verbose_name = "Reservations"
+
+    def ready(self) -> None:
+        from apps.reservations.services import reservations_relocate_off_gpus
+        from portal import hooks
+
+        # Fleet takes GPUs out of service; the bookings on them move.
+        hooks.subscribe("gpus.leaving_service", reservations_relocate_off_gpus)

@@ -15,6 +15,21 @@ from apps.reservations.choices import OPEN_STATUSES
 from apps.reservations.models import Reservation, ReservationGpu
 from apps.reservations.policy import BookingPolicy
 from apps.teams.models import Quota, Team
+from portal import hooks
+
+
+def busy_elsewhere(*, start, end, gpu_ids=None, gpu_model=None) -> list[tuple[int, int, int]]:
+    """(gpu_id, start_s, end_s) of GPUs held by something other than bookings over [start,
+    end): the subscribers of `gpus.busy_intervals` (jobs: running jobs outside bookings, until
+    their maximum runtime). Higher layers answer through the hook; reservations never imports
+    them."""
+    return [
+        interval
+        for intervals in hooks.emit(
+            "gpus.busy_intervals", start=start, end=end, gpu_ids=gpu_ids, gpu_model=gpu_model
+        )
+        for interval in intervals
+    ]
 
 
 def reservation_list(*, user) -> QuerySet[Reservation]:
@@ -53,13 +68,9 @@ def schedulable_gpus(
             )
         )
         # GPUs of running jobs (outside reservations) until their maximum runtime ends.
-        from apps.jobs.selectors import job_busy_intervals
-
         held = {
             gpu_id
-            for gpu_id, _, _ in job_busy_intervals(
-                start=free_from, end=free_until, gpu_model=gpu_model
-            )
+            for gpu_id, _, _ in busy_elsewhere(start=free_from, end=free_until, gpu_model=gpu_model)
         }
         if held:
             gpus = gpus.exclude(id__in=held)
@@ -138,11 +149,7 @@ def busy_intervals(
     for gpu_id, s, e in _fetch_rows(windows):
         busy[gpu_id].append((s, e))
     # Running jobs outside reservations hold their GPUs until their maximum runtime ends.
-    from apps.jobs.selectors import job_busy_intervals
-
-    for gpu_id, s, e in job_busy_intervals(
-        start=start, end=end, gpu_ids=gpu_ids, gpu_model=gpu_model
-    ):
+    for gpu_id, s, e in busy_elsewhere(start=start, end=end, gpu_ids=gpu_ids, gpu_model=gpu_model):
         busy[gpu_id].append((s, e))
     return busy
 
