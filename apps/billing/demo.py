@@ -32,9 +32,19 @@ BUDGETS = {
     "speech": ("2500", Enforcement.ALERT),
     "robotics": ("1500", Enforcement.BLOCK),
 }
+HISTORY_DAYS = 30
 
 
-def seed_billing_demo(*, start, now=None) -> None:
+def seed_billing_demo(*, now=None, days: int = HISTORY_DAYS) -> None:
+    """Prices and `days` of past bookings, metered at once (for a database without telemetry;
+    `seed_demo` calls the two steps with the telemetry written in between)."""
+    now = now or timezone.now()
+    start = (now - timedelta(days=days)).replace(minute=0, second=0, microsecond=0)
+    seed_billing_history(start=start, now=now)
+    meter_billing_demo(start=start, now=now)
+
+
+def seed_billing_history(*, start, now=None) -> None:
     """Rate cards and completed bookings from `start` (the demo fleet's first hour) to now."""
     if LedgerEntry.objects.exists():
         return

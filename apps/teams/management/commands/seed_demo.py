@@ -130,12 +130,12 @@ class Command(BaseCommand):
             )
         if not options["without_reservations"]:
             self._seed_reservations(teams, models)
-            from apps.billing.demo import meter_billing_demo, seed_billing_demo
+            from apps.billing.demo import meter_billing_demo, seed_billing_history
             from apps.dashboards.demo import seed_dashboard_history
 
             # Bookings first, then the telemetry they caused, then the charges: metering reads
             # busy hours and energy from that telemetry.
-            seed_billing_demo(start=history_start, now=now)
+            seed_billing_history(start=history_start, now=now)
             seed_dashboard_history(now=now, days=HISTORY_DAYS)
             meter_billing_demo(start=history_start, now=now)
         self.stdout.write(

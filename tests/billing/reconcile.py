@@ -1,0 +1,159 @@
+"""What the chargeback page shows against what every export format and level adds up to, and
+a random month to check it on. Shared by the PostgreSQL tests and the SQLite scenario
+(`tests.billing.sqlite_chargeback`), so both databases are held to the same rule."""
+
+import csv
+import io
+import json
+import random
+import tempfile
+from collections import defaultdict
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+
+# A month of its own, so the random months never mix with the demo's or a fixture's.
+MONTH = datetime(2026, 9, 1, tzinfo=UTC)
+AFTER_MONTH = datetime(2026, 10, 2, 12, tzinfo=UTC)
+
+
+def _by_team(pairs) -> dict[str, Decimal]:
+    totals: dict[str, Decimal] = defaultdict(Decimal)
+    for team, amount in pairs:
+        totals[team] += Decimal(str(amount))
+    return dict(totals)
+
+
+def format_totals(period) -> dict[str, dict[str, Decimal]]:
+    """Per team (sub-account) sums of the cost column of every format and level, read back
+    from the files the exports write."""
+    from openpyxl import load_workbook
+
+    from apps.billing import exports
+
+    result = {}
+    for level in (exports.SUMMARY, exports.DETAIL):
+        scope = exports.ExportScope(period, None, level)
+        header = exports.table_columns(level, showback=False)
+        text = "".join(exports.csv_chunks(header, exports.table_rows(scope)))
+        rows = csv.DictReader(io.StringIO(text))
+        result[f"csv-{level}"] = _by_team((r["team"], r["cost"]) for r in rows)
+        document = json.loads("".join(exports.json_chunks(scope, exports.table_rows(scope))))
+        result[f"json-{level}"] = _by_team((r["team"], r["cost"]) for r in document["rows"])
+    scope = exports.ExportScope(period)
+    text = "".join(exports.csv_chunks(exports.FOCUS_COLUMNS, exports.focus_rows(scope)))
+    rows = csv.DictReader(io.StringIO(text))
+    result["focus"] = _by_team((r["SubAccountId"], r["BilledCost"]) for r in rows)
+    with tempfile.NamedTemporaryFile(suffix=".xlsx") as handle:
+        exports.write_xlsx(scope, handle.name)
+        detail = list(load_workbook(handle.name)["Detail"].iter_rows(values_only=True))
+    team, cost = detail[0].index("team"), detail[0].index("cost")
+    result["xlsx"] = _by_team((row[team], row[cost]) for row in detail[1:])
+    return result
+
+
+def page_totals(period) -> dict[str, Decimal]:
+    """The per-team figures of the chargeback page (the same rows it renders)."""
+    from apps.billing import exports
+
+    return {row["sub_account"]: row["cost"] for row in exports.team_totals(period)}
+
+
+def drift(period) -> dict[str, dict[str, str]]:
+    """{format: {team: export sum - page}} for every team where they differ (empty: none)."""
+    page = page_totals(period)
+    found = {}
+    for name, totals in format_totals(period).items():
+        off = {
+            team: str(totals.get(team, Decimal(0)) - page.get(team, Decimal(0)))
+            for team in set(page) | set(totals)
+            if totals.get(team, Decimal(0)) != page.get(team, Decimal(0))
+        }
+        if off:
+            found[name] = off
+    return found
+
+
+def component_violations(period) -> list[str]:
+    """Lines (page rows and export lines of both levels) with a component below zero or above
+    the line's cost."""
+    from apps.billing import exports
+
+    lines = [("page", row) for row in exports.team_totals(period)]
+    for level in (exports.SUMMARY, exports.DETAIL):
+        lines += [
+            (level, row) for row in exports.export_lines(exports.ExportScope(period, level=level))
+        ]
+    bad = []
+    for where, row in lines:
+        for name in exports.COMPONENTS:
+            if not Decimal(0) <= row[name] <= max(row["cost"], Decimal(0)):
+                bad.append(f"{where} {row['sub_account']} {name} {row[name]} > {row['cost']}")
+    return bad
+
+
+def build_random_month(seed: int) -> "object":
+    """Two days of September on a small fleet with prices in cents (half-cent totals are
+    common then), over-quota bookings, partial hours, telemetry for some hours only, a
+    credit; metered. Returns the period."""
+    from apps.billing.metering import meter_interval
+    from apps.billing.models import BillingPeriod, RateCard
+    from apps.billing.services import adjustment_create
+    from apps.fleet.models import Gpu, GpuModel, Node
+    from apps.reservations.choices import ReservationStatus
+    from apps.reservations.models import Reservation, ReservationGpu
+    from apps.teams.choices import GlobalRole
+    from apps.teams.models import Team, User
+    from apps.telemetry.models import GpuHourRollup
+
+    rng = random.Random(seed)
+    finance = User.objects.create(username=f"fin-{seed}", global_role=GlobalRole.FINANCE)
+    teams = [Team.objects.create(slug=f"team-{seed}-{i}", name=f"Team {i}") for i in range(3)]
+    gpus = []
+    for m in range(2):
+        model = GpuModel.objects.create(name=f"M{seed}-{m}", memory_mib=1024)
+        RateCard.objects.create(
+            gpu_model=model,
+            price_per_gpu_hour=Decimal(rng.randint(50, 499)) / 100,
+            effective_from=MONTH - timedelta(days=30),
+            over_quota_multiplier=Decimal(rng.choice(["1", "1.25", "1.5"])),
+            energy_price_per_kwh=Decimal(rng.randint(0, 30)) / 100 or None,
+        )
+        node = Node.objects.create(hostname=f"n{seed}-{m}")
+        for index in range(rng.randint(1, 3)):
+            gpus.append(
+                Gpu.objects.create(
+                    node=node, index=index, model=model, uuid=f"GPU-{seed}-{m}-{index}",
+                    in_fleet_since=MONTH + timedelta(minutes=rng.choice([0, 0, 30, 95])),
+                )
+            )  # fmt: skip
+    first_day = rng.randint(0, 25)
+    start, end = MONTH + timedelta(days=first_day), MONTH + timedelta(days=first_day + 2)
+    for gpu in gpus:
+        cursor = start + timedelta(minutes=rng.randrange(0, 600, 5))
+        while cursor < end:
+            length = timedelta(minutes=rng.randrange(15, 900, 5))
+            team = rng.choice(teams)
+            reservation = Reservation.objects.create(
+                team=team, created_by=finance, gpu_model=gpu.model, count=1, start=cursor,
+                end=cursor + length, status=ReservationStatus.COMPLETED,
+                over_quota=rng.random() < 0.3,
+            )  # fmt: skip
+            ReservationGpu.objects.create(
+                reservation=reservation, gpu=gpu, start=cursor, end=cursor + length
+            )
+            cursor += length + timedelta(minutes=rng.randrange(0, 300, 5))
+        hour = start
+        while hour < end:
+            if rng.random() < 0.7:
+                GpuHourRollup.objects.create(
+                    gpu=gpu, bucket=hour, samples=240, busy_seconds=rng.uniform(0, 3600),
+                    energy_j=rng.uniform(0, 2.5e6),
+                )  # fmt: skip
+            hour += timedelta(hours=1)
+    meter_interval(start=start, end=end, now=AFTER_MONTH)
+    period = BillingPeriod.objects.get(month=MONTH.date())
+    adjustment_create(
+        actor=finance, team=rng.choice(teams), amount=Decimal(-rng.randint(1, 999)) / 100,
+        reason="credit", period=period, now=AFTER_MONTH,
+    )  # fmt: skip
+    return period

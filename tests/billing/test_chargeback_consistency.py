@@ -1,0 +1,86 @@
+"""Every export format and level equals the chargeback page to the cent, on PostgreSQL and on
+SQLite (the demo's database), for the demo's months and for random months; and no component of
+a line (held-idle, over-quota, energy cost) is ever negative or more than the line."""
+
+from decimal import Decimal
+
+import pytest
+from django.core.management import call_command
+from django.db import transaction
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from apps.billing.exports import RunningRounder, cents
+from apps.billing.models import BillingPeriod
+from tests.billing import reconcile
+from tests.sqlite_runner import run_on_sqlite
+
+AMOUNTS = st.decimals(min_value=Decimal("-50"), max_value=Decimal("500"), places=10)
+
+
+@given(
+    st.lists(
+        st.tuples(AMOUNTS, st.lists(st.floats(min_value=0, max_value=1), max_size=3)),
+        min_size=1,
+        max_size=60,
+    )
+)
+def test_rounded_components_never_exceed_their_line(lines):
+    rounder, exact_total = RunningRounder(), Decimal(0)
+    rounded_total = Decimal(0)
+    for amount, shares in lines:
+        parts = {
+            i: (amount * Decimal(share)).quantize(Decimal("1e-10")) if amount > 0 else Decimal(0)
+            for i, share in enumerate(shares)
+        }
+        cost = rounder.take(amount, parts)
+        for part in parts.values():
+            assert Decimal(0) <= part <= max(cost, Decimal(0))
+        exact_total += amount
+        rounded_total += cost
+    assert rounded_total == cents(exact_total)  # the parts do not disturb the running total
+
+
+@pytest.mark.django_db
+def test_demo_months_match_the_page_on_postgresql():
+    call_command("seed_demo", stdout=open("/dev/null", "w"))  # noqa: SIM115
+    periods = list(BillingPeriod.objects.all())
+    assert periods
+    for period in periods:
+        assert reconcile.drift(period) == {}, period
+        assert reconcile.component_violations(period) == [], period
+
+
+@pytest.mark.django_db
+@settings(
+    max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(st.integers(min_value=0, max_value=2**31))
+def test_random_months_match_the_page_on_postgresql(seed):
+    with transaction.atomic():
+        period = reconcile.build_random_month(seed)
+        assert len(reconcile.page_totals(period)) == 4  # three teams and the platform
+        assert reconcile.drift(period) == {}
+        assert reconcile.component_violations(period) == []
+        transaction.set_rollback(True)
+
+
+@pytest.mark.slow
+def test_demo_and_random_months_match_the_page_on_sqlite(tmp_path, monkeypatch):
+    monkeypatch.setenv("RANDOM_MONTHS", "8")
+    outcome = run_on_sqlite("tests.billing.sqlite_chargeback", tmp_path / "chargeback.sqlite3")
+    assert outcome["vendor"] == "sqlite"
+    assert outcome["demo"]
+    for month, report in outcome["demo"].items():
+        assert report["drift"] == {}, month
+        assert report["components"] == [], month
+        # The demo's charges carry its telemetry: booked teams were busy and used energy.
+        teams = {t: u for t, u in report["usage"].items() if t != "platform"}
+        assert teams, month
+        for team, usage in teams.items():
+            assert Decimal(usage["busy_gpu_hours"]) > 0, (month, team)
+            assert Decimal(usage["held_idle_gpu_hours"]) < Decimal(usage["gpu_hours"])
+            assert Decimal(usage["energy_kwh"]) > 0, (month, team)
+    assert len(outcome["random"]) == 8
+    for month in outcome["random"]:
+        assert month["drift"] == {} and month["components"] == [], month["seed"]
