@@ -12,8 +12,8 @@ from apps.billing import exports, selectors
 from apps.billing.choices import BUDGET_THRESHOLDS, PLATFORM_COST_CENTER
 from apps.billing.models import BillingPeriod, LedgerEntry
 from apps.billing.periods import month_bounds
-from apps.dashboards.figures import GREY, LAYOUT, PALETTE
-from apps.dashboards.figures import figure_json as _figure_json
+from portal.plotting import GREY, LAYOUT, PALETTE
+from portal.plotting import figure_json as _figure_json
 
 MONTHS_SHOWN = 6
 

@@ -1,7 +1,6 @@
 """Plotly figures of the dashboards, built on the server from apps.dashboards.selectors and sent
 to the browser as JSON (the page draws them with the bundled plotly.js)."""
 
-import json
 from datetime import datetime
 from decimal import Decimal
 
@@ -9,19 +8,8 @@ import plotly.graph_objects as go
 
 from apps.dashboards import selectors
 from apps.dashboards.selectors import UNALLOCATED, Filters
+from portal.plotting import GREY, LAYOUT, PALETTE, TIME_AXIS, figure_json  # noqa: F401
 
-# Okabe-Ito: distinguishable with the common colour-vision deficiencies.
-PALETTE = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000"]
-GREY = "#999999"
-# Times are sent in UTC; static/js/dashboards.js redraws them in the reader's zone and renames
-# the axis (the one time rule of portal/formatting.py).
-TIME_AXIS = "Time (UTC)"
-LAYOUT = {
-    "margin": {"l": 60, "r": 20, "t": 30, "b": 50},
-    "colorway": PALETTE,
-    "legend": {"orientation": "h", "y": -0.2},
-    "font": {"family": "system-ui, sans-serif", "size": 13},
-}
 # Above this many points a line is drawn with WebGL (scattergl).
 GL_POINTS = 200
 STATE_ORDER = ["busy", "held_idle", UNALLOCATED, "held_other", "unhealthy"]
@@ -39,13 +27,6 @@ STATE_COLOURS = {
     "held_other": "#CC79A7",
     "unhealthy": "#D55E00",
 }
-
-
-def figure_json(figure: go.Figure) -> dict:
-    """The figure as plain JSON without plotly's default template (~10 kB each)."""
-    data = json.loads(figure.to_json())
-    data["layout"].pop("template", None)
-    return data
 
 
 def _colour(names: list[str]) -> dict[str, str]:

@@ -4,10 +4,10 @@ from django.core.exceptions import PermissionDenied
 from django.shortcuts import render
 from django.utils import timezone
 
-from apps.dashboards.figures import LAYOUT, figure_json
 from apps.jobs.scheduler import POLICIES
 from apps.jobs.whatif import WINDOWS, QuotaProposal, current_quotas, what_if
 from apps.teams.permissions import is_platform_admin
+from portal.plotting import LAYOUT, figure_json
 
 
 def _proposals_from(post, current: list[QuotaProposal]) -> tuple[list[QuotaProposal], list[str]]:
