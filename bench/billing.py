@@ -63,7 +63,7 @@ def seed(gpu_count: int, with_rollups: bool) -> None:
     nodes = Node.objects.bulk_create(Node(hostname=f"gpu-{i:04d}") for i in range(gpu_count // 8))
     gpus = Gpu.objects.bulk_create(
         Gpu(node=node, index=i, uuid=f"GPU-{node.hostname}-{i}", model=models[n % 2],
-            nvlink_domain=node.hostname)
+            nvlink_domain=node.hostname, in_fleet_since=NOV - timedelta(days=30))
         for n, node in enumerate(nodes) for i in range(8)
     )  # fmt: skip
     teams = Team.objects.bulk_create(
