@@ -206,8 +206,8 @@ def rows_of(batches, gpu_ids: dict) -> list[tuple]:
 def bench_ingest(rounds: int = 4, nodes: int = 1250, per_node: int = 8) -> None:
     from django.db import connection
 
+    from apps.telemetry.ingest import telemetry_ingest, telemetry_ingest_many
     from apps.telemetry.models import GpuSample
-    from apps.telemetry.services import telemetry_ingest, telemetry_ingest_many
 
     reset_tables()
     t0 = time.perf_counter()
@@ -560,7 +560,7 @@ def direct_ingest_lags(rounds: int = 3) -> tuple[list[float], list[float]]:
     broker and no agents. Lag of each sample: time its batch's call returned (committed)
     minus its ts. Also the duration of each call."""
     from apps.fleet.models import Gpu
-    from apps.telemetry.services import telemetry_ingest
+    from apps.telemetry.ingest import telemetry_ingest
 
     fleet: dict[str, list[str]] = {}
     for hostname, uuid in Gpu.objects.order_by().values_list("node__hostname", "uuid"):

@@ -29,7 +29,7 @@ from queue import Empty
 from django.conf import settings
 from kombu.serialization import loads as kombu_loads
 
-from apps.telemetry.services import telemetry_ingest_many
+from apps.telemetry.ingest import telemetry_ingest_many
 
 logger = logging.getLogger(__name__)
 

@@ -12,6 +12,7 @@ from apps.fleet.choices import NodeStatus
 from apps.fleet.models import Node
 from apps.telemetry import drain as telemetry_queue
 from apps.telemetry import idle, rollups, services
+from apps.telemetry import ingest as ingest_batches
 
 
 @shared_task(
@@ -23,7 +24,7 @@ from apps.telemetry import idle, rollups, services
 def ingest(batch) -> dict:
     """One batch from a node agent (acks late: a worker killed mid-batch gets it again, and
     the batch key makes the second delivery harmless). Retried if a GPU vanished mid-way."""
-    return asdict(services.telemetry_ingest(batch=batch))
+    return asdict(ingest_batches.telemetry_ingest(batch=batch))
 
 
 @shared_task(name="telemetry.drain", time_limit=60, soft_time_limit=55)

@@ -16,9 +16,10 @@ def main() -> None:
     from django.utils import timezone
 
     from apps.telemetry.idle import idle_intervals_update
+    from apps.telemetry.ingest import telemetry_ingest
     from apps.telemetry.models import GpuMinuteRollup, GpuSample, IdleInterval
     from apps.telemetry.rollups import rollup_hours, rollup_minutes
-    from apps.telemetry.services import node_register, telemetry_ingest
+    from apps.telemetry.services import node_register
     from workers.agent.agent import Agent
     from workers.agent.backends import make_reader
 

@@ -3,9 +3,9 @@ from datetime import timedelta
 import pytest
 
 from apps.telemetry.choices import IdleKind
+from apps.telemetry.ingest import store_samples, telemetry_ingest
 from apps.telemetry.models import IdleInterval
 from apps.telemetry.rollups import rollup_minutes
-from apps.telemetry.services import store_samples, telemetry_ingest
 from tests.conftest import client_for
 from tests.telemetry.conftest import batch, sample
 

@@ -4,8 +4,8 @@ import pytest
 from django.conf import settings
 
 from apps.telemetry.drain import telemetry_drain
+from apps.telemetry.ingest import telemetry_ingest_many
 from apps.telemetry.models import GpuSample, IngestBatch
-from apps.telemetry.services import telemetry_ingest_many
 from portal.celery import app
 from tests.telemetry.conftest import batch, sample
 

@@ -5,9 +5,9 @@ from datetime import timedelta
 
 import pytest
 
+from apps.telemetry.ingest import telemetry_ingest_many
 from apps.telemetry.models import GpuHourRollup, GpuMinuteRollup, LateSampleRange
 from apps.telemetry.rollups import ROLLUP_WINDOW, rollup_late, rollup_minutes
-from apps.telemetry.services import telemetry_ingest_many
 from tests.telemetry.conftest import batch, sample
 
 

@@ -7,10 +7,10 @@ from django.conf import settings
 
 from apps.fleet.choices import NodeStatus
 from apps.fleet.models import Gpu, Node
-from apps.telemetry import services
+from apps.telemetry import ingest as services
 from apps.telemetry.drain import telemetry_drain
+from apps.telemetry.ingest import telemetry_ingest_many
 from apps.telemetry.models import GpuSample, IngestBatch, TelemetryCounter, TelemetryDeadLetter
-from apps.telemetry.services import telemetry_ingest_many
 from portal.celery import app
 from tests.telemetry.conftest import batch, sample
 

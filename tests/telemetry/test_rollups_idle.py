@@ -8,6 +8,7 @@ from apps.reservations.models import Reservation
 from apps.reservations.services import reservation_create
 from apps.telemetry.choices import IdleKind
 from apps.telemetry.idle import idle_bookings_check, idle_intervals_update
+from apps.telemetry.ingest import store_samples
 from apps.telemetry.models import (
     GpuHourRollup,
     GpuMinuteRollup,
@@ -16,7 +17,7 @@ from apps.telemetry.models import (
     IdleWarning,
 )
 from apps.telemetry.rollups import rollup_hours, rollup_minutes
-from apps.telemetry.services import store_samples, telemetry_retention
+from apps.telemetry.services import telemetry_retention
 
 pytestmark = pytest.mark.django_db
 

@@ -1,0 +1,415 @@
+"""Storing agent batches of GPU samples: validated, idempotent, never blocked by one bad batch.
+
+Ingest is idempotent twice over: a batch's (node, seq) key is stored in the same transaction
+as its rows, so a redelivered batch is skipped whole; and rows are unique on (gpu, ts), so a
+sample that arrives again in another batch is dropped, not doubled.
+"""
+
+import json
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+import psycopg
+from django.conf import settings
+from django.db import IntegrityError, InterfaceError, OperationalError, connection, transaction
+from django.utils import timezone
+
+from apps.fleet.choices import GpuHealth, NodeStatus
+from apps.fleet.models import Gpu, Node
+from apps.fleet.services import gpu_set_health
+from apps.telemetry.models import IngestBatch, TelemetryDeadLetter
+from apps.telemetry.rollups import late_rollups_note
+from apps.telemetry.services import node_reported_again, counter_add
+from portal.bulk import insert_ignoring_duplicates
+
+logger = logging.getLogger(__name__)
+
+# A lost database connection: the batches stay queued for the next drain. Anything else a batch
+# can cause (a value PostgreSQL refuses, a GPU deleted meanwhile) is that batch's problem only.
+CONNECTION_ERRORS = (OperationalError, InterfaceError, psycopg.OperationalError)
+
+SAMPLE_TABLE = "telemetry_gpusample"
+SAMPLE_KEY = ("gpu_id", "ts")
+SAMPLE_COLUMNS = (
+    "gpu_id",
+    "ts",
+    "util_gpu",
+    "util_mem",
+    "mem_used_mib",
+    "power_w",
+    "temp_c",
+    "energy_mj",
+)
+# Field: (lowest, highest) accepted; NVML gives None where a device cannot report it.
+SAMPLE_RANGES: dict[str, tuple[float, float]] = {
+    "util_gpu": (0, 100),
+    "util_mem": (0, 100),
+    "mem_used_mib": (0, 10_000_000),
+    "power_w": (0, 10_000),
+    "temp_c": (-40, 200),
+    "energy_mj": (0, 2**62),
+}
+INTEGER_FIELDS = {"util_gpu", "util_mem", "mem_used_mib", "temp_c", "energy_mj"}
+HEALTH_FROM_AGENT = {
+    "healthy": GpuHealth.HEALTHY,
+    "degraded": GpuHealth.DEGRADED,
+    "lost": GpuHealth.LOST,
+}
+
+
+@dataclass
+class IngestResult:
+    stored: int = 0
+    rejected: dict[str, int] = field(default_factory=dict)
+    duplicate_batch: bool = False
+
+    def reject(self, reason: str, count: int = 1) -> None:
+        self.rejected[reason] = self.rejected.get(reason, 0) + count
+
+
+# --- ingest ----------------------------------------------------------------------------------
+
+
+_VALUE_CHECKS = tuple(
+    (name, *SAMPLE_RANGES[name], name in INTEGER_FIELDS) for name in SAMPLE_COLUMNS[2:]
+)
+_NUMBER = (int, float)
+
+
+def _clean_sample(
+    sample, *, gpu_ids: dict, oldest: float, newest: float
+) -> tuple[tuple | None, str]:
+    """A sample as a row for GpuSample, or None and why it was rejected. (Runs for every
+    sample of every node: kept to plain comparisons.) Every field is type-checked before it
+    is used as a key or reaches the database, so no payload can raise here."""
+    if type(sample) is not dict:
+        return None, "malformed"
+    uuid = sample.get("uuid")
+    if type(uuid) is not str:
+        return None, "malformed"
+    gpu_id = gpu_ids.get(uuid)
+    if gpu_id is None:
+        return None, "unknown_gpu"
+    health = sample.get("health")
+    if health is not None and type(health) is not str:
+        return None, "malformed"
+    ts = sample.get("ts")
+    if type(ts) not in _NUMBER or ts != ts or ts in (math.inf, -math.inf):
+        return None, "bad_timestamp"
+    if not oldest <= ts <= newest:
+        return None, "timestamp_out_of_range"
+    row = [gpu_id, datetime.fromtimestamp(ts, tz=UTC)]
+    for name, low, high, integer in _VALUE_CHECKS:
+        value = sample.get(name)
+        if value is None:
+            row.append(None)
+            continue
+        if type(value) not in _NUMBER or value != value or value in (math.inf, -math.inf):
+            return None, "bad_value"  # bools, strings, NaN and infinities
+        if not low <= value <= high:
+            return None, "value_out_of_range"
+        row.append(int(value) if integer else float(value))
+    return tuple(row), ""
+
+
+MAX_HOSTNAME = 253  # IngestBatch.node, Node.hostname
+MAX_SEQ = 2**63 - 1  # a bigint
+MAX_SAMPLES_PER_BATCH = 10_000  # 1,000 GPUs and MIG devices per node is already generous
+
+
+def _batch_problem(batch) -> str:
+    """Why a message cannot be a batch at all (empty if it can): checked before anything of it
+    touches the database, because one value PostgreSQL refuses would fail the whole drain."""
+    if not isinstance(batch, dict) or not isinstance(batch.get("samples"), list):
+        return "not a batch"
+    hostname, seq = batch.get("node"), batch.get("seq")
+    if type(hostname) is not str or not hostname:
+        return "batch without a node name"
+    if len(hostname) > MAX_HOSTNAME or not hostname.isprintable():
+        return "node name too long or with control characters"
+    if type(seq) is not int:
+        return "batch without an integer sequence number"
+    if not 0 <= seq <= MAX_SEQ:
+        return "sequence number out of range"
+    if len(batch["samples"]) > MAX_SAMPLES_PER_BATCH:
+        return f"more than {MAX_SAMPLES_PER_BATCH} samples"
+    return ""
+
+
+def telemetry_ingest(*, batch, now: datetime | None = None) -> IngestResult:
+    """Store one agent batch: good samples go in, bad ones are counted by reason and logged.
+
+    Never raises on bad input: a telemetry worker must keep running whatever a node sends."""
+    return telemetry_ingest_many(batches=[batch], now=now)[0]
+
+
+def telemetry_ingest_many(*, batches: list, now: datetime | None = None) -> list[IngestResult]:
+    """Store many agent batches in one transaction: one stamp for all their nodes, one
+    multi-row insert of their batch keys, one COPY of their samples. The cost of a transaction
+    is paid once per drain instead of once per node (see bench/telemetry.py).
+
+    If the COPY meets a sample already stored (an agent re-sent it in a new batch), or anything
+    else in the group fails to store, the whole transaction is rolled back and the batches go in
+    one by one; a batch that still cannot be stored is parked as a dead letter (admin site) and
+    counted, so it never blocks the others. Counters are written inside the same transactions,
+    so a fallback never counts twice. Only a lost database connection raises: the caller then
+    keeps the messages for the next drain."""
+    now = now or timezone.now()
+    try:
+        return _ingest(batches, now, careful=len(batches) == 1)
+    except CONNECTION_ERRORS:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any payload must not stop ingestion
+        if len(batches) == 1:
+            return [_park(batches[0], now, exc)]
+        if not isinstance(exc, psycopg.errors.UniqueViolation):
+            logger.warning("telemetry group of %d failed (%r); one by one", len(batches), exc)
+    results = []
+    for batch in batches:
+        try:
+            results.append(_ingest([batch], now, careful=True)[0])
+        except CONNECTION_ERRORS:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            results.append(_park(batch, now, exc))
+    return results
+
+
+def _park(batch, now: datetime, exc: BaseException) -> IngestResult:
+    """Keep a batch that could not be stored as a dead letter, counted as malformed."""
+    _gpu_maps.clear()  # a GPU may have vanished under a cached map
+    samples = batch.get("samples") if isinstance(batch, dict) else None
+    result = IngestResult()
+    result.reject("malformed", len(samples) if isinstance(samples, list) and samples else 1)
+    with transaction.atomic():
+        _dead_letter(batch, reason=f"could not be stored: {type(exc).__name__}", error=str(exc))
+        _count(result)
+    logger.error("telemetry batch parked as a dead letter: %r", exc)
+    return result
+
+
+def _dead_letter(batch, *, reason: str, error: str = "") -> None:
+    node = batch.get("node") if isinstance(batch, dict) else None
+    TelemetryDeadLetter.objects.create(
+        node=_printable(node if isinstance(node, str) else repr(node), MAX_HOSTNAME),
+        reason=_printable(reason, 200),
+        error=_printable(error, 2000),
+        payload=_printable(_as_text(batch), DEAD_LETTER_PAYLOAD_CHARS),
+    )
+    counter_add("dead_letters", reason.split(":")[0][:64])
+
+
+DEAD_LETTER_PAYLOAD_CHARS = 65_536
+
+
+def _as_text(payload) -> str:
+    try:
+        return json.dumps(payload, default=repr)[: DEAD_LETTER_PAYLOAD_CHARS + 1]
+    except (TypeError, ValueError, RecursionError):
+        try:
+            return repr(payload)[: DEAD_LETTER_PAYLOAD_CHARS + 1]
+        except RecursionError:
+            return "<nested too deeply to show>"
+
+
+def _printable(text: str, limit: int) -> str:
+    """What PostgreSQL text can hold: no NUL bytes; cut to the column's size."""
+    text = text.replace("\x00", "\\x00")
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _count(result: IngestResult) -> None:
+    for reason, count in result.rejected.items():
+        counter_add("samples_rejected", reason, count)
+
+
+def _ingest(batches: list, now: datetime, *, careful: bool) -> list[IngestResult]:
+    results = [IngestResult() for _ in batches]
+    with transaction.atomic():
+        return _ingest_in_transaction(batches, results, now, careful=careful)
+
+
+def _ingest_in_transaction(batches, results, now: datetime, *, careful: bool):
+    valid = []
+    for result, batch in zip(results, batches, strict=True):
+        problem = _batch_problem(batch)
+        if problem:
+            samples = batch.get("samples") if isinstance(batch, dict) else None
+            result.reject("malformed", max(1, len(samples) if isinstance(samples, list) else 0))
+            _dead_letter(batch, reason=problem)
+            _count(result)
+            logger.warning("telemetry batch rejected: %s", problem)
+            continue
+        valid.append((result, batch["node"], batch["seq"], batch["samples"]))
+    if not valid:
+        return results
+    node_ids = _nodes_seen({hostname for _, hostname, _, _ in valid}, now)
+    now_mono = time.monotonic()
+    stale = [n for n in node_ids.values() if _gpu_maps.get(n, (0,))[0] <= now_mono]
+    if stale:
+        _load_gpu_maps(stale)
+    prepared = []
+    for result, hostname, seq, samples in valid:
+        node_id = node_ids.get(hostname)
+        if node_id is None:
+            result.reject("unknown_node", max(1, len(samples)))
+            _count(result)
+            logger.warning("telemetry batch from unknown node %s rejected", hostname)
+            continue
+        gpus = _node_gpus(node_id)
+        unknown = (x["uuid"] for x in samples if type(x) is dict and type(x.get("uuid")) is str)
+        if any(uuid not in gpus for uuid in unknown):
+            gpus = _node_gpus(node_id, refresh=True)  # the node may have re-registered
+        rows, health = _clean_batch(samples, gpus, now, result)
+        prepared.append((result, hostname, seq, node_id, gpus, rows, health))
+    claimed = _claim_batches(
+        [(h, seq, len(rows), sum(r.rejected.values())) for r, h, seq, _, _, rows, _ in prepared],
+        now=now,
+    )
+    new_rows = []
+    for result, hostname, seq, _node, gpus, rows, health in prepared:
+        if (hostname, seq) not in claimed:
+            result.duplicate_batch = True
+            result.rejected = {}
+            counter_add("batches_duplicate")
+            continue
+        result.stored = len(rows)
+        new_rows.extend(rows)
+        if health:
+            _apply_health(gpus, health)
+        _count(result)
+    try:
+        if careful:
+            stored = store_samples(new_rows)
+            for result, hostname, seq, *_ in prepared:
+                if not result.duplicate_batch and result.stored != stored:
+                    result.stored = stored
+                    IngestBatch.objects.filter(node=hostname, seq=seq).update(stored=stored)
+        else:
+            _copy_samples(new_rows)
+    except (IntegrityError, psycopg.errors.ForeignKeyViolation):
+        _gpu_maps.clear()  # a GPU vanished under a cached map; the task retries afresh
+        raise
+    late_rollups_note(rows=new_rows, now=now)
+    for result, hostname, seq, *_ in prepared:
+        if result.rejected:
+            logger.warning("telemetry from %s seq %s: rejected %s", hostname, seq, result.rejected)
+    return results
+
+
+def _clean_batch(samples: list, gpus: dict, now: datetime, result: IngestResult):
+    """Rows to store, and health states that differ from what the portal knows."""
+    gpu_ids = {uuid: pk for uuid, (pk, _) in gpus.items()}
+    oldest = (now - timedelta(days=settings.TELEMETRY_RAW_RETENTION_DAYS)).timestamp()
+    newest = (now + timedelta(seconds=settings.TELEMETRY_MAX_CLOCK_SKEW_SECONDS)).timestamp()
+    rows, health = [], {}
+    for sample in samples:
+        row, reason = _clean_sample(sample, gpu_ids=gpu_ids, oldest=oldest, newest=newest)
+        if row is None:
+            result.reject(reason)
+            continue
+        rows.append(row)
+        state = HEALTH_FROM_AGENT.get(sample.get("health"))
+        if state and state != gpus[sample["uuid"]][1]:
+            health[sample["uuid"]] = state
+    return rows, health
+
+
+# Per-process map of each node's GPUs, so a batch of 8 samples does not cost a lookup. A GPU
+# missing from the map triggers a refresh; health changes are re-checked under a row lock.
+GPU_MAP_SECONDS = 30.0
+_gpu_maps: dict[int, tuple[float, dict[str, tuple[int, str]]]] = {}
+
+
+def _node_gpus(node_id: int, *, refresh: bool = False) -> dict[str, tuple[int, str]]:
+    cached = _gpu_maps.get(node_id)
+    if cached and not refresh and cached[0] > time.monotonic():
+        return cached[1]
+    return _load_gpu_maps([node_id])[node_id]
+
+
+def _load_gpu_maps(node_ids) -> dict[int, dict[str, tuple[int, str]]]:
+    """Fetch the GPU maps of several nodes in one query and cache them."""
+    maps: dict[int, dict[str, tuple[int, str]]] = {node_id: {} for node_id in node_ids}
+    rows = (
+        Gpu.objects.filter(node_id__in=maps)
+        .order_by()
+        .values_list("node_id", "id", "uuid", "health")
+    )
+    for node_id, pk, uuid, health in rows:
+        maps[node_id][uuid] = (pk, health)
+    expires = time.monotonic() + GPU_MAP_SECONDS
+    for node_id, gpus in maps.items():
+        _gpu_maps[node_id] = (expires, gpus)
+    return maps
+
+
+def _claim_batches(keys: list[tuple[str, int, int, int]], *, now: datetime) -> set:
+    """Record (node, seq, stored, rejected) batch keys in one statement; returns the (node, seq)
+    that were new. The others were stored before: redeliveries."""
+    if not keys:
+        return set()
+    values = ", ".join(["(%s, %s, %s, %s, %s)"] * len(keys))
+    params = [p for node, seq, stored, rejected in keys for p in (node, seq, now, stored, rejected)]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO telemetry_ingestbatch (node, seq, received_at, stored, rejected) "  # noqa: S608
+            f"VALUES {values} ON CONFLICT (node, seq) DO NOTHING RETURNING node, seq",
+            params,
+        )
+        return {(node, seq) for node, seq in cursor.fetchall()}
+
+
+def _copy_samples(rows: list[tuple]) -> None:
+    """Plain COPY of new sample rows (PostgreSQL); raises UniqueViolation on a stored one.
+    Elsewhere (SQLite) the careful insert, which is all there is."""
+    insert_ignoring_duplicates(
+        SAMPLE_TABLE, SAMPLE_COLUMNS, rows, conflict=SAMPLE_KEY, known_new=True
+    )
+
+
+def store_samples(rows: list[tuple]) -> int:
+    """Insert sample rows, skipping any (gpu, ts) already stored. Returns rows inserted.
+
+    PostgreSQL: a plain COPY (fastest); only if it meets a duplicate, COPY into a staging table
+    and INSERT ... ON CONFLICT DO NOTHING. SQLite: INSERT ... ON CONFLICT DO NOTHING."""
+    if not rows:
+        return 0
+    if connection.vendor == "postgresql":
+        try:
+            return insert_ignoring_duplicates(
+                SAMPLE_TABLE, SAMPLE_COLUMNS, rows, conflict=SAMPLE_KEY, known_new=True
+            )
+        except psycopg.errors.UniqueViolation:
+            pass
+    return insert_ignoring_duplicates(SAMPLE_TABLE, SAMPLE_COLUMNS, rows, conflict=SAMPLE_KEY)
+
+
+def _nodes_seen(hostnames: set[str], now: datetime) -> dict[str, int]:
+    """Stamp the nodes as heard from (one statement); bring back up any that were unreachable.
+    Returns their ids by hostname; unknown nodes are missing."""
+    names = sorted(hostnames)  # a fixed order: concurrent drains lock rows alike
+    placeholders = ", ".join(["%s"] * len(names))
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE fleet_node SET last_seen = %s WHERE hostname IN ({placeholders}) "  # noqa: S608
+            "RETURNING id, hostname, status",
+            [now, *names],
+        )
+        found = cursor.fetchall()
+    for node_id, _, status in found:
+        if status == NodeStatus.UNREACHABLE:
+            node = Node.objects.select_for_update().get(pk=node_id)
+            node_reported_again(node)
+    return {hostname: node_id for node_id, hostname, _ in found}
+
+
+def _apply_health(gpus: dict, reported: dict) -> None:
+    for uuid, state in reported.items():
+        pk, _ = gpus[uuid]
+        gpu = Gpu.objects.select_for_update().select_related("node").get(pk=pk)
+        gpus[uuid] = (pk, state)
+        gpu_set_health(gpu=gpu, health=state, reason="reported by NVML")
