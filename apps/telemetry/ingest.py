@@ -22,7 +22,7 @@ from apps.fleet.models import Gpu, Node
 from apps.fleet.services import gpu_set_health
 from apps.telemetry.models import IngestBatch, TelemetryDeadLetter
 from apps.telemetry.rollups import late_rollups_note
-from apps.telemetry.services import node_reported_again, counter_add
+from apps.telemetry.services import counter_add, node_reported_again
 from portal.bulk import insert_ignoring_duplicates
 
 logger = logging.getLogger(__name__)
