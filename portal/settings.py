@@ -190,8 +190,9 @@ CACHES = {
 
 # --- Content Security Policy (django-csp) ---------------------------------------------------
 # Every script and stylesheet is a static file of the portal (plotly.js included); figures and
-# settings reach pages as JSON data blocks, never inline code. Plotly sets style attributes and
-# inserts <style> rules while drawing, hence 'unsafe-inline' for styles (not for scripts).
+# settings reach pages as JSON data blocks, never inline code, and nothing needs 'unsafe-eval'.
+# plotly.js inserts <style> elements while drawing (with style-src 'self' alone chromium blocks
+# them and the charts lose their styling), hence 'unsafe-inline' for styles, not for scripts.
 CONTENT_SECURITY_POLICY = {
     "DIRECTIVES": {
         "default-src": ["'self'"],
