@@ -129,6 +129,8 @@ def build_state(*, now: datetime) -> ClusterState:
                 priority_class=PriorityClass(job.priority_class),
                 over_quota=any(a.over_quota for a in allocs),
                 reservation_id=job.reservation_id,
+                checkpointable=job.checkpointable,
+                preemptions=job.preemption_count,
             )
         )
     queued = [
@@ -142,6 +144,8 @@ def build_state(*, now: datetime) -> ClusterState:
             priority_class=PriorityClass(job.priority_class),
             same_node=job.same_node,
             reservation_id=job.reservation_id,
+            checkpointable=job.checkpointable,
+            preemptions=job.preemption_count,
         )
         for job in Job.objects.filter(status__in=WAITING_STATUSES)
         .select_related("team", "gpu_model")
@@ -173,13 +177,40 @@ def run_scheduler(state: ClusterState) -> Decision:
     config = SchedulerConfig(
         usage_half_life_seconds=float(settings.JOBS_USAGE_HALF_LIFE_SECONDS),
         grace_seconds=float(settings.JOBS_KILL_GRACE_SECONDS),
+        **_preemption_settings(),
     )
     return schedule(state, settings.JOBS_SCHEDULER_POLICY, config)
 
 
-def launch_spec(job: Job, gpus: list[Gpu], *, rank: int, ranks: int) -> dict:
-    """The message `agent.launch` gets: everything the node needs, nothing from the DB."""
+def _preemption_settings() -> dict:
+    """Optional JOBS_PREEMPT_* settings; the scheduler's defaults where unset."""
+    names = {
+        "JOBS_PREEMPT_MIN_RUNTIME_SECONDS": ("preempt_min_runtime_seconds", float),
+        "JOBS_MAX_PREEMPTIONS_PER_JOB": ("max_preemptions_per_job", int),
+        "JOBS_PREEMPT_MAX_LOST_RATIO": ("preempt_max_lost_ratio", float),
+    }
     return {
+        field: kind(getattr(settings, name))
+        for name, (field, kind) in names.items()
+        if hasattr(settings, name)
+    }
+
+
+# Rendezvous port of a multi-node job on its rank-0 node (torchrun's default is 29500); spread
+# by job id so two gangs led by one node do not collide.
+MASTER_PORT_BASE = 29500
+MASTER_PORT_SPREAD = 1000
+
+
+def launch_spec(job: Job, gpus: list[Gpu], *, rank: int, ranks: int, master: str = "") -> dict:
+    """The message `agent.launch` gets: everything the node needs, nothing from the DB.
+    Each node of a gang gets its rank, the number of nodes (world size) and the rank-0 node's
+    address and port, which the agent puts in PORTAL_JOB_RANK, WORLD_SIZE, MASTER_ADDR and
+    MASTER_PORT (with CUDA_VISIBLE_DEVICES = that node's GPUs) for torchrun / NCCL."""
+    return {
+        "master_addr": master or (gpus[0].node.hostname if gpus else ""),
+        "master_port": MASTER_PORT_BASE + job.pk % MASTER_PORT_SPREAD,
+        "world_size": ranks,
         "job_id": job.pk,
         "attempt": job.attempt,
         "name": job.name,
@@ -234,7 +265,9 @@ def _apply(decision: Decision, *, now: datetime, result: CycleResult) -> None:
         job.estimated_start = None
         job.save()
         for rank, hostname in enumerate(hostnames):
-            spec = launch_spec(job, by_node[hostname], rank=rank, ranks=len(hostnames))
+            spec = launch_spec(
+                job, by_node[hostname], rank=rank, ranks=len(hostnames), master=primary
+            )
             services.send_agent_task("agent.launch", hostname, spec)
         result.placed.append(job.pk)
 

@@ -55,6 +55,18 @@ class Job(models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     requeue_count = models.PositiveIntegerField(default=0)
+    checkpointable = models.BooleanField(
+        default=False,
+        help_text="The job saves its progress when stopped (SIGTERM) and resumes from it, so a "
+        "preemption loses no work.",
+    )
+    preemption_count = models.PositiveIntegerField(default=0)
+    # GPU-seconds of work thrown away by preemptions (runtime of preempted attempts of a job
+    # that is not checkpointable); reported beside the preemption count.
+    gpu_seconds_lost = models.FloatField(default=0.0)
+    # A multi-node job whose gang broke (a node failed to launch it or lost it) is requeued
+    # once; a second break fails it.
+    gang_requeued = models.BooleanField(default=False)
     log_tail = models.TextField(blank=True)
     pending_reason = models.CharField(max_length=32, blank=True)
     pending_message = models.CharField(max_length=500, blank=True)

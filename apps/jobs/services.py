@@ -163,6 +163,7 @@ def job_submit(
     priority_class: str = JobPriorityClass.OVER_QUOTA,
     reservation: Reservation | None = None,
 ) -> Job:
+    checkpointable: bool = False,
     """Queue a job for the team. Members of the team may submit. Refuses (400, per field) an
     empty or string argv, bad env names, more GPUs than one node has (same_node) or than the
     fleet has, a runtime above JOBS_MAX_RUNTIME_SECONDS, and a reservation of another team or
@@ -196,9 +197,8 @@ def job_submit(
     total, largest = fleet_size(gpu_model)
     what = f"{gpu_model.name} GPUs" if gpu_model else "GPUs"
     if same_node and gpu_count > largest:
-        raise ValidationError(
-            {"gpu_count": f"No node has {gpu_count} {what}; the largest has {largest}."}
-        )
+        # Larger than any node: a multi-node gang (each node gets its rank and the rendezvous).
+        same_node = False
     if gpu_count > total:
         raise ValidationError({"gpu_count": f"The fleet has only {total} {what}."})
     with transaction.atomic():
@@ -216,6 +216,7 @@ def job_submit(
             priority_class=priority_class,
             reservation=reservation,
             pending_message="Waiting for the next scheduling cycle.",
+            checkpointable=bool(checkpointable),
         )
         trigger_schedule()
     return job
@@ -297,7 +298,7 @@ def job_report(*, report: dict, now: datetime | None = None) -> str:
             )
             return "ignored"
         if int(report.get("rank", 0)) != 0:
-            return "ignored"
+            return _secondary_rank_report(job, report, event, now=now)
         hostnames = _job_hostnames(job)
         if report.get("node") and report["node"] not in hostnames:
             logger.warning(
@@ -347,6 +348,37 @@ def _requeue(job: Job, *, now: datetime, reason: str, counted: bool = True) -> N
     """Put a stopped attempt back in the queue, or fail it after JOBS_MAX_REQUEUES requeues
     (counted ones: lost nodes). The attempt number always advances, so reports of the old
     attempt are ignored."""
+def _secondary_rank_report(job: Job, report: dict, event: str, *, now: datetime) -> str:
+    """A node other than rank 0 reports. Its "finished" with a failure (non-zero exit, or no
+    exit code: it could not launch or was killed) while the job is active breaks the gang:
+    the other ranks would hang in their collectives, so the whole job is stopped."""
+    exit_code = report.get("exit_code")
+    if event != "finished" or job.status not in ACTIVE_STATUSES or exit_code == 0:
+        return "ignored"
+    rank = report.get("rank")
+    return _gang_broken(
+        job, now=now, reason=f"rank {rank} on {report.get('node') or 'its node'} ended "
+        f"(exit code {exit_code})"
+    )  # fmt: skip
+
+
+def _gang_broken(job: Job, *, now: datetime, reason: str) -> str:
+    """Stop every node of a multi-node job and requeue it once; a second break fails it."""
+    _kill_on_commit(job, _job_hostnames(job), settings.JOBS_KILL_GRACE_SECONDS)
+    if job.gang_requeued:
+        close_allocations(job, now=now)
+        job.status = JobStatus.FAILED
+        job.finished_at = now
+        job.pending_reason = ""
+        job.pending_message = f"Failed: its nodes broke apart a second time ({reason})."
+        job.save()
+    else:
+        job.gang_requeued = True
+        _requeue(job, now=now, reason=f"multi-node job stopped: {reason}", counted=False)
+    trigger_schedule()
+    return job.status
+
+
     close_allocations(job, now=now)
     if counted and job.requeue_count >= settings.JOBS_MAX_REQUEUES:
         job.status = JobStatus.FAILED
@@ -384,6 +416,11 @@ def jobs_requeue_for_node(*, node: Node, now: datetime | None = None) -> list[in
                 _kill_on_commit(job, others, settings.JOBS_KILL_GRACE_SECONDS)
             _requeue(job, now=now, reason=f"node {node.hostname} unreachable")
             done.append(job.pk)
+            if others and job.status in ACTIVE_STATUSES:
+                # A gang that lost a node: the whole job stops, requeued once.
+                _gang_broken(job, now=now, reason=f"node {node.hostname} unreachable")
+                done.append(job.pk)
+                continue
         # The lost node cannot confirm anything; its GPUs are out of the pool until it reports
         # again, and a kill queued for it is delivered first when it does.
         JobAllocation.objects.filter(
@@ -434,13 +471,15 @@ def job_preempt(
 ) -> Job:
     """Stop an active job so others can use its GPUs: SIGTERM, grace, SIGKILL on its nodes.
     It becomes `preempted` and is requeued when its agent reports the process ended (an agent
-    that never launched it reports that too; a lost node requeues it). Forced by an admin:
-    audited."""
+    that never launched it reports that too; a lost node requeues it). Counts the preemption
+    (the scheduler protects a job preempted JOBS_MAX_PREEMPTIONS_PER_JOB times) and, unless
+    the job is checkpointable, the GPU-seconds its attempt loses. Forced by an admin: audited."""
     grace = settings.JOBS_KILL_GRACE_SECONDS if grace_seconds is None else grace_seconds
     with transaction.atomic():
         job = Job.objects.select_for_update().get(pk=job.pk)
         if job.status not in ACTIVE_STATUSES:
             raise ConflictError(f"The job is {job.status}, not running.", code="job_not_running")
+    now = timezone.now()
         before = {"status": job.status}
         job.status = JobStatus.PREEMPTED
         job.finished_at = None
@@ -448,6 +487,12 @@ def job_preempt(
             f"Preempted for job #{for_job_id}; it is requeued once stopped."
             if for_job_id
             else "Preempted; it is requeued once stopped."
+        job.preemption_count += 1
+        if not job.checkpointable:
+            # The attempt's work is thrown away; a checkpointable job resumes from its own save.
+            since = job.started_at or job.dispatched_at or now
+            gpus = JobAllocation.objects.filter(job=job, end__isnull=True).count()
+            job.gpu_seconds_lost += gpus * max(0.0, (now - since).total_seconds())
         )
         job.save()
         _kill_on_commit(job, _job_hostnames(job), grace)

@@ -50,7 +50,7 @@ def test_submit_detail_and_log(member, fleet, quotas, sent):
         ({"argv": []}, "argv"),
         ({"env": {"not-valid": "x"}}, "env"),
         ({"gpu_model": "TPU-v9"}, "gpu_model"),
-        ({"gpu_count": 9}, "gpu_count"),
+        ({"gpu_count": 17}, "gpu_count"),  # more than the fleet, even across nodes
         ({"gpu_count": 17, "same_node": False}, "gpu_count"),
         ({"gpu_count": 0}, "gpu_count"),
         ({"max_runtime_seconds": 30 * 24 * 3600}, "max_runtime_seconds"),

@@ -37,7 +37,7 @@ def submit(member, team, **kwargs):
         ({"env": {"OK": 3}}, "env"),
         ({"env": {"CUDA_VISIBLE_DEVICES": "0"}}, "env"),
         ({"gpu_count": 0}, "gpu_count"),
-        ({"gpu_count": 9}, "gpu_count"),  # same node: largest H100 node has 8
+        ({"gpu_count": 17}, "gpu_count"),  # more than the fleet has, on any number of nodes
         ({"gpu_count": 17, "same_node": False}, "gpu_count"),  # fleet has 16 H100
         ({"max_runtime_seconds": 10**9}, "max_runtime_seconds"),
         ({"max_runtime_seconds": 0}, "max_runtime_seconds"),

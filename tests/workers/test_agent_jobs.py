@@ -195,3 +195,21 @@ def test_simulated_job_runs_real_command_when_asked(runner, reports):
     spec = _spec(argv=[sys.executable, "-c", script], env={"SIMULATED_RUN": "command"})
     runner.launch(spec)
     assert "real command" in reports.last()["log_tail"]
+
+
+def test_each_rank_of_a_multi_node_job_gets_its_rendezvous_environment(runner, reports):
+    names = ("PORTAL_JOB_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "CUDA_VISIBLE_DEVICES")
+    script = f"import os; print('|'.join(os.environ[n] for n in {names!r}))"
+    spec = _spec(
+        argv=[sys.executable, "-c", script],
+        rank=1,
+        ranks=2,
+        world_size=2,
+        master_addr="gpu-node-07",
+        master_port=29517,
+        gpu_uuids=["GPU-c", "GPU-d"],
+    )
+    assert runner.launch(spec) == "started"
+    last = reports.last()
+    assert last["rank"] == 1
+    assert "1|2|gpu-node-07|29517|GPU-c,GPU-d" in last["log_tail"]

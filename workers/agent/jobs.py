@@ -109,6 +109,12 @@ class JobRunner:
         env["PORTAL_JOB_ID"] = str(spec["job_id"])
         env["PORTAL_JOB_ATTEMPT"] = str(spec.get("attempt", 1))
         env["PORTAL_JOB_RANK"] = str(spec.get("rank", 0))
+        # Rendezvous of a multi-node job (torchrun --nnodes=$WORLD_SIZE
+        # --node_rank=$PORTAL_JOB_RANK --master_addr=$MASTER_ADDR --master_port=$MASTER_PORT):
+        # one launcher per node, WORLD_SIZE counts the nodes of the gang.
+        env["WORLD_SIZE"] = str(spec.get("world_size") or spec.get("ranks") or 1)
+        env["MASTER_ADDR"] = str(spec.get("master_addr") or self.hostname)
+        env["MASTER_PORT"] = str(spec.get("master_port") or 29500)
         return env
 
     def launch(self, spec: dict) -> str:

@@ -267,11 +267,20 @@ class Engine:
         # nothing is not repeated until something changed or a new victim becomes eligible.
         self.version = 0
         self._no_preemption: tuple[int, float] | None = None
+        self.gained = 0  # bumped whenever GPUs go back to the pool
+        self._preempt_failed: dict[int, tuple[int, float]] = {}
+        # Teams whose queue or holdings changed since the last cycle ended. While no GPU went
+        # back to the pool, every other team's next job still does not fit (capacity only
+        # shrank), so a cycle need only look at these teams.
+        self._dirty: set[str] = set()
+        self._gain_mark: int | None = None
+        self._team_retry: dict[str, float] = {}  # when a team's failed preemption may work
 
     # -- changes between cycles --------------------------------------------------------------
 
     def enqueue(self, job: QueuedJob) -> None:
         self.version += 1
+        self._dirty.add(job.team)
         self.queued[job.job_id] = job
         if job.reservation_id is not None:
             self.reservation_jobs[job.job_id] = job
@@ -282,6 +291,7 @@ class Engine:
 
     def dequeue(self, job_id: int) -> QueuedJob:
         self.version += 1
+        self._preempt_failed.pop(job_id, None)
         job = self.queued.pop(job_id)
         if job.reservation_id is not None:
             del self.reservation_jobs[job_id]
@@ -300,6 +310,7 @@ class Engine:
 
     def add_running(self, run: RunningJob) -> None:
         self.version += 1
+        self._dirty.add(run.team)
         ids = [g for g in run.gpu_ids if g in self.pool.info]
         self.running[run.job_id] = run
         self.pool.take(ids)
@@ -323,6 +334,7 @@ class Engine:
         run = self.running.pop(job_id)
         ids = [g for g in run.gpu_ids if g in self.pool.info]
         self.pool.give(ids)
+        self.gained += 1
         self.busy.difference_update(run.gpu_ids)
         self.team_gpus[run.team] -= len(run.gpu_ids)
         if run.reservation_id is None:
@@ -379,19 +391,32 @@ class Engine:
         self.placed_count = 0
         self.explained: dict[int, Pending] = {}
         self.initial_totals = dict(self.pool.total)
+        self.restricted = self._gain_mark == self.gained
         if self.reservation_jobs:
             self._reservations()
         if self.policy == "fairshare":
             self._by_order(_GUARANTEE)
             self._spare()
+            # GPUs that preemptions free beyond what the waiting job takes were not offered
+            # to anyone: the next cycle must look at every team again.
+            mark = self.gained
             if self.config.preemption_enabled and self.preemptible:
                 self._preempt()
         else:
             self._by_order(_BASELINE)
+            mark = self.gained
         if self.config.explain:
             self._explain()
         self.decision.pending.sort(key=lambda p: p.job_id)
+        self._gain_mark = mark
+        self._dirty.clear()
         return self.decision
+
+    def _teams(self) -> list[str]:
+        """Teams that may have a job to place in this cycle (see ``_dirty``)."""
+        if self.restricted and self.gained == self._gain_mark:
+            return sorted(t for t in self._dirty if t in self.buckets)
+        return sorted(self.buckets)
 
     def _models_for(self, gpu_model: str | None) -> list[str]:
         if gpu_model is not None:
@@ -495,7 +520,7 @@ class Engine:
         if self.pool.exhausted():
             return
         heap = []
-        for team in sorted(self.buckets):
+        for team in self._teams():
             cand = self._candidate(team, mode)
             if cand is not None:
                 heap.append((cand.key, team))
@@ -527,7 +552,7 @@ class Engine:
         if self.pool.exhausted():
             return
         heap = []
-        for team in sorted(self.buckets):
+        for team in self._teams():
             cand = self._candidate(team, _SPARE)
             if cand is not None:
                 heap.append((self._share(team, cand.job), team))
@@ -559,29 +584,27 @@ class Engine:
         if skip is not None and skip[0] == self.version and self.now < skip[1]:
             return
         version_before = self.version
+        if self.gained == self._gain_mark:
+            # No GPU came back: a team that changed nothing keeps its failed candidate.
+            teams = sorted(
+                t
+                for t in self.buckets
+                if t in self._dirty or self._team_retry.get(t, math.inf) <= self.now
+            )
+        else:
+            teams = sorted(self.buckets)
         heap = []
-        for team in sorted(self.buckets):
+        for team in teams:
             cand = self._candidate(team, _GUARANTEE, fitting=False)
             if cand is not None:
                 heap.append((cand.key, team))
-        cfg = self.config
-        eligible, next_eligible = [], math.inf
-        if heap:
-            for j in self.preemptible:
-                r = self.running[j]
-                if r.preemptions >= cfg.max_preemptions_per_job:
-                    continue
-                ready = r.started_at + cfg.preempt_min_runtime_seconds
-                if r.started_at < self.now and ready <= self.now:
-                    eligible.append(r)
-                else:
-                    next_eligible = min(next_eligible, max(ready, r.started_at + 1e-6))
-        self._loss = {r.job_id: self._lost(r) for r in eligible}
-        eligible.sort(key=lambda r: (self._loss[r.job_id], len(r.gpu_ids), -r.started_at, r.job_id))
-        self.eligible = eligible
-        preempted = False
+            else:
+                self._team_retry.pop(team, None)
+        self.eligible = None
+        self._next_eligible = math.inf
+        preempted, retry = False, math.inf
         heapq.heapify(heap)
-        while heap and self.eligible:
+        while heap:
             key, team = heapq.heappop(heap)
             cand = self._candidate(team, _GUARANTEE, fitting=False)
             if cand is None:
@@ -589,14 +612,43 @@ class Engine:
             if cand.key != key:
                 heapq.heappush(heap, (cand.key, team))
                 continue
-            if not self._preempt_for(cand):
+            # A job that could not start by preempting still cannot until GPUs come back or
+            # another victim passes the minimum runtime (losses only grow meanwhile).
+            failed = self._preempt_failed.get(cand.job.job_id)
+            if failed is not None and failed[0] == self.gained and self.now < failed[1]:
+                retry = min(retry, failed[1])
+                self._team_retry[team] = failed[1]
+                continue
+            if self.eligible is None:
+                self._collect_victims()
+            if not self.eligible or not self._preempt_for(cand):
+                self._preempt_failed[cand.job.job_id] = (self.gained, self._next_eligible)
+                retry = min(retry, self._next_eligible)
+                self._team_retry[team] = self._next_eligible
                 continue  # the team's oldest job cannot start by preempting; try no further
             preempted = True
             cand = self._candidate(team, _GUARANTEE, fitting=False)
             if cand is not None:
                 heapq.heappush(heap, (cand.key, team))
         if not preempted and self.version == version_before:
-            self._no_preemption = (self.version, next_eligible)
+            self._no_preemption = (self.version, retry)
+
+    def _collect_victims(self) -> None:
+        cfg = self.config
+        eligible, next_eligible = [], math.inf
+        for j in self.preemptible:
+            r = self.running[j]
+            if r.preemptions >= cfg.max_preemptions_per_job:
+                continue
+            ready = r.started_at + cfg.preempt_min_runtime_seconds
+            if r.started_at < self.now and ready <= self.now:
+                eligible.append(r)
+            else:
+                next_eligible = min(next_eligible, max(ready, r.started_at + 1e-6))
+        self._loss = {r.job_id: self._lost(r) for r in eligible}
+        eligible.sort(key=lambda r: (self._loss[r.job_id], len(r.gpu_ids), -r.started_at, r.job_id))
+        self.eligible = eligible
+        self._next_eligible = next_eligible
 
     def _preempt_for(self, cand: _Candidate) -> bool:
         job, model = cand.job, cand.model

@@ -3,7 +3,13 @@
 Traces:
 
 * ``load_generic(path, submit=..., duration=... or end=..., gpus=..., team=..., model=...)``
-  reads any CSV; the keyword arguments name its columns. Times are seconds.
+  reads any CSV; the keyword arguments name its columns. Times are seconds, ISO 8601 or
+  ``YYYY-MM-DD HH:MM:SS`` (UTC unless the time says otherwise); durations are seconds or
+  Slurm's ``[D-]HH:MM:SS``.
+* ``load_slurm(path)`` reads ``sacct --parsable2`` output (see its docstring).
+* Bad rows are skipped and counted by reason with their first line numbers
+  (``LoadedTrace.describe()``); a file that cannot be opened or parsed, or lacks a needed
+  column, raises one ``TraceError``.
 * ``load_alibaba_pods(path)`` reads the Alibaba ``openb_pod_list`` (cluster-trace-gpu-v2023):
   submit = ``creation_time``; duration = ``deletion_time - scheduled_time`` (or
   ``- creation_time`` when the pod was never scheduled); GPUs = ``num_gpu``. Pods sharing a
@@ -30,6 +36,7 @@ import random
 import re
 from collections import Counter
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from pathlib import Path
 
 from apps.jobs.scheduler.replay import TraceJob
@@ -42,10 +49,65 @@ class TraceError(ValueError):
     """A trace, fleet or quota file that cannot be read; the message says why."""
 
 
+MAX_LINES_PER_REASON = 20
+
+
 @dataclass
 class LoadedTrace:
     jobs: list[TraceJob]
     counts: Counter = field(default_factory=Counter)  # skipped / adjusted rows, by reason
+    lines: dict[str, list[int]] = field(default_factory=dict)  # first line numbers, by reason
+
+    def skip(self, reason: str, line: int) -> None:
+        self.counts[reason] += 1
+        numbers = self.lines.setdefault(reason, [])
+        if len(numbers) < MAX_LINES_PER_REASON:
+            numbers.append(line)
+
+    def describe(self) -> str:
+        """``reason: N (lines a, b, ...)`` for each reason, or ``none``."""
+        if not self.counts:
+            return "none"
+        parts = []
+        for reason, n in sorted(self.counts.items()):
+            numbers = self.lines.get(reason, [])
+            more = ", ..." if n > len(numbers) else ""
+            where = f" (lines {', '.join(map(str, numbers))}{more})" if numbers else ""
+            parts.append(f"{reason}: {n}{where}")
+        return "; ".join(parts)
+
+
+DURATION_RE = re.compile(r"^(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+(?:\.\d+)?)$")
+
+
+def parse_time(value: str) -> float:
+    """Seconds, or an ISO 8601 / ``YYYY-MM-DD HH:MM:SS`` time (UTC unless it says otherwise),
+    as epoch seconds. Raises ValueError."""
+    text = (value or "").strip()
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    if text.endswith("Z"):
+        text = text[:-1] + "+00:00"
+    moment = datetime.fromisoformat(text)
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.timestamp()
+
+
+def parse_duration(value: str) -> float:
+    """Seconds, or Slurm's ``[D-]HH:MM:SS`` (also ``MM:SS``). Raises ValueError."""
+    text = (value or "").strip()
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    m = DURATION_RE.match(text)
+    if not m:
+        raise ValueError(f"{value!r} is not a duration")
+    days, hours, minutes, seconds = m.groups()
+    return int(days or 0) * 86400 + int(hours or 0) * 3600 + int(minutes) * 60 + float(seconds)
 
 
 def _num(row: dict, column: str, line: int) -> float:
@@ -53,8 +115,34 @@ def _num(row: dict, column: str, line: int) -> float:
         return float(row[column])
     except KeyError:
         raise TraceError(f"Column {column!r} is missing.") from None
-    except ValueError:
+    except (TypeError, ValueError):
         raise TraceError(f"Line {line}: {column}={row[column]!r} is not a number.") from None
+
+
+def _reader(handle, path, delimiter: str = ","):
+    try:
+        reader = csv.DictReader(handle, delimiter=delimiter)
+        if not reader.fieldnames:
+            raise TraceError(f"{path} is empty or not a CSV file.")
+        return reader
+    except (csv.Error, UnicodeDecodeError) as error:
+        raise TraceError(f"{path} cannot be read as CSV: {error}") from None
+
+
+def _require(reader, path, *columns: str | None) -> None:
+    missing = [c for c in columns if c and c not in reader.fieldnames]
+    if missing:
+        raise TraceError(
+            f"{path} has no column {', '.join(map(repr, missing))}; its columns are "
+            f"{', '.join(reader.fieldnames)}."
+        )
+
+
+def _open(path: str | Path):
+    try:
+        return open(path, newline="", encoding="utf-8")
+    except OSError as error:
+        raise TraceError(f"Cannot open {path}: {error.strerror or error}.") from None
 
 
 def load_generic(
@@ -67,39 +155,123 @@ def load_generic(
     team: str = "team",
     model: str | None = "model",
 ) -> LoadedTrace:
-    """Jobs from a CSV whose columns are named by the keyword arguments."""
-    counts: Counter = Counter()
-    jobs: list[TraceJob] = []
-    with open(path, newline="") as fh:
-        reader = csv.DictReader(fh)
-        for line, row in enumerate(reader, start=2):
-            start = _num(row, submit, line)
-            if end:
-                length = _num(row, end, line) - start
-            elif duration:
-                length = _num(row, duration, line)
-            else:
-                raise TraceError("Give a duration column or an end column.")
-            count = math.ceil(_num(row, gpus, line))
-            if count <= 0:
-                counts["no_gpu"] += 1
-                continue
-            if length <= 0:
-                counts["non_positive_duration"] += 1
-                continue
-            gpu_model = ((row.get(model) or "").strip() or None) if model else None
-            owner = row.get(team) or "default"
-            jobs.append(TraceJob(len(jobs) + 1, start, length, count, owner, gpu_model))
-    jobs.sort(key=lambda j: (j.submit, j.job_id))
-    return LoadedTrace(jobs, counts)
+    """Jobs from a CSV whose columns are named by the keyword arguments. Submit / end times
+    are seconds, ISO 8601 or ``YYYY-MM-DD HH:MM:SS``; durations seconds or ``[D-]HH:MM:SS``.
+    A ``checkpointable`` column (1/true/yes) marks jobs that resume after a preemption. Bad
+    rows are skipped and counted by reason with their line numbers."""
+    if not end and not duration:
+        raise TraceError("Give a duration column or an end column.")
+    loaded = LoadedTrace([])
+    with _open(path) as fh:
+        reader = _reader(fh, path)
+        _require(reader, path, submit, gpus, end or duration)
+        try:
+            for line, row in enumerate(reader, start=2):
+                _generic_row(loaded, row, line, submit, duration, end, gpus, team, model)
+        except (csv.Error, UnicodeDecodeError) as error:
+            raise TraceError(f"{path} cannot be read as CSV: {error}") from None
+    loaded.jobs.sort(key=lambda j: (j.submit, j.job_id))
+    return loaded
+
+
+def _generic_row(loaded, row, line, submit, duration, end, gpus, team, model) -> None:
+    try:
+        start = parse_time(row[submit])
+    except (TypeError, ValueError):
+        loaded.skip("bad_submit", line)
+        return
+    try:
+        length = parse_time(row[end]) - start if end else parse_duration(row[duration])
+    except (TypeError, ValueError):
+        loaded.skip("bad_end" if end else "bad_duration", line)
+        return
+    try:
+        count = math.ceil(float(row[gpus]))
+    except (TypeError, ValueError):
+        loaded.skip("bad_gpus", line)
+        return
+    if count <= 0:
+        loaded.skip("no_gpu", line)
+        return
+    if length <= 0:
+        loaded.skip("non_positive_duration", line)
+        return
+    gpu_model = ((row.get(model) or "").strip() or None) if model else None
+    owner = (row.get(team) or "").strip() or "default"
+    checkpointable = (row.get("checkpointable") or "").strip().lower() in ("1", "true", "yes")
+    loaded.jobs.append(
+        TraceJob(len(loaded.jobs) + 1, start, length, count, owner, gpu_model,
+                 checkpointable=checkpointable)
+    )  # fmt: skip
+
+
+SLURM_COLUMNS = ("JobID", "Account", "Submit", "Start", "End", "Elapsed", "AllocTRES", "State")
+GRES_RE = re.compile(r"gres/gpu(?::([\w.\-]+))?=(\d+)")
+
+
+def load_slurm(path: str | Path) -> LoadedTrace:
+    """``sacct --parsable2`` output (``|``-separated, with a header) with at least the columns
+    JobID, Account, Submit, Start, End, Elapsed, AllocTRES and State. One job per allocation:
+    job steps (``123.batch``, ``123.0``) are skipped; GPUs from ``gres/gpu=N`` in AllocTRES
+    (a typed ``gres/gpu:a100=N`` also names the model); duration = Elapsed (or End - Start);
+    team = Account. Jobs that never started are counted as ``not_started``."""
+    loaded = LoadedTrace([])
+    with _open(path) as fh:
+        reader = _reader(fh, path, delimiter="|")
+        _require(reader, path, *SLURM_COLUMNS)
+        try:
+            for line, row in enumerate(reader, start=2):
+                _slurm_row(loaded, row, line)
+        except (csv.Error, UnicodeDecodeError) as error:
+            raise TraceError(f"{path} cannot be read as sacct output: {error}") from None
+    loaded.jobs.sort(key=lambda j: (j.submit, j.job_id))
+    return loaded
+
+
+def _slurm_row(loaded: LoadedTrace, row: dict, line: int) -> None:
+    job_id = (row.get("JobID") or "").strip()
+    if not job_id:
+        loaded.skip("no_job_id", line)
+        return
+    if "." in job_id:
+        loaded.counts["job_step"] += 1  # steps belong to their job: not an error
+        return
+    try:
+        submit = parse_time(row["Submit"])
+    except (TypeError, ValueError):
+        loaded.skip("bad_submit", line)
+        return
+    if (row.get("Start") or "").strip() in ("", "Unknown", "None"):
+        loaded.skip("not_started", line)
+        return
+    try:
+        length = parse_duration(row["Elapsed"])
+        if length <= 0 and (row.get("End") or "").strip() not in ("", "Unknown", "None"):
+            length = parse_time(row["End"]) - parse_time(row["Start"])
+    except (TypeError, ValueError):
+        loaded.skip("bad_elapsed", line)
+        return
+    matches = GRES_RE.findall(row.get("AllocTRES") or "")
+    untyped = [int(n) for kind, n in matches if not kind]
+    typed = [(kind, int(n)) for kind, n in matches if kind]
+    count = untyped[0] if untyped else sum(n for _, n in typed)
+    if count <= 0:
+        loaded.skip("no_gpu", line)
+        return
+    if length <= 0:
+        loaded.skip("non_positive_duration", line)
+        return
+    model = typed[0][0] if len(typed) == 1 else None
+    team = (row.get("Account") or "").strip() or "default"
+    loaded.jobs.append(TraceJob(len(loaded.jobs) + 1, submit, length, count, team, model))
 
 
 def load_alibaba_pods(path: str | Path, *, limit: int | None = None) -> LoadedTrace:
     """The Alibaba openb pod list as trace jobs (rules in the module docstring)."""
     counts: Counter = Counter()
     jobs: list[TraceJob] = []
-    with open(path, newline="") as fh:
-        for line, row in enumerate(csv.DictReader(fh), start=2):
+    with _open(path) as fh:
+        for line, row in enumerate(_reader(fh, path), start=2):
             num_gpu = int(_num(row, "num_gpu", line))
             if num_gpu <= 0:
                 counts["no_gpu"] += 1

@@ -4,7 +4,12 @@
         --fleet 16x8:GPU --policy fairshare --out var/replay
 
 prints the policy's metrics beside the FIFO baseline and writes `replay.json` and a
-self-contained Plotly report `replay.html` (plotly.js embedded, no CDN) into --out.
+self-contained Plotly report `replay.html` (plotly.js embedded, no CDN) into --out;
+`--jobs-out FILE` writes one CSV row per job of the chosen policy. Traces: the Alibaba pod
+list, any CSV with named columns (times in seconds, ISO 8601 or `YYYY-MM-DD HH:MM:SS`,
+durations in seconds or `[D-]HH:MM:SS`), or `--format slurm` for `sacct --parsable2` output.
+Bad rows are skipped and counted by reason with line numbers; a file that cannot be read is
+one error and a non-zero exit.
 """
 
 import json
@@ -15,7 +20,7 @@ from django.core.management.base import BaseCommand, CommandError
 from plotly.subplots import make_subplots
 
 from apps.jobs.scheduler import POLICIES
-from apps.jobs.scheduler.replay import format_table, simulate
+from apps.jobs.scheduler.replay import format_table, simulate, write_job_rows
 from apps.jobs.scheduler.trace import (
     TraceError,
     default_quotas,
@@ -24,6 +29,7 @@ from apps.jobs.scheduler.trace import (
     load_fleet_csv,
     load_generic,
     load_quotas,
+    load_slurm,
     parse_fleet,
 )
 
@@ -37,10 +43,11 @@ class Command(BaseCommand):
         parser.add_argument("trace", help="CSV of jobs")
         parser.add_argument(
             "--format",
-            choices=["auto", "alibaba", "generic"],
+            choices=["auto", "alibaba", "generic", "slurm"],
             default="auto",
-            help="alibaba: the openb pod list as it is; generic: name the columns (default: "
-            "alibaba when the file has a creation_time column)",
+            help="alibaba: the openb pod list as it is; generic: name the columns; slurm: "
+            "sacct --parsable2 output (default: alibaba when the file has a creation_time "
+            "column, slurm when its header is JobID|...)",
         )
         fleet = parser.add_mutually_exclusive_group(required=True)
         fleet.add_argument("--fleet", help='nodes x GPUs : model, e.g. "4x8:H100,2x4:L40S"')
@@ -50,6 +57,7 @@ class Command(BaseCommand):
         parser.add_argument("--helios-quotas", help="Helios VC quota CSV, scaled to the fleet")
         parser.add_argument("--limit", type=int, help="replay only the first N jobs")
         parser.add_argument("--out", default="var/replay", help="folder for replay.json/.html")
+        parser.add_argument("--jobs-out", help="CSV file: one row per job of --policy")
         for column in ("submit", "duration", "end", "gpus", "team", "model"):
             parser.add_argument(f"--{column}-column", help=f"generic traces: the {column} column")
 
@@ -75,7 +83,7 @@ class Command(BaseCommand):
         policies = [options["policy"]] + ([BASELINE] if options["policy"] != BASELINE else [])
         self.stdout.write(
             f"{len(loaded.jobs):,} jobs, {len(gpus):,} GPUs, teams {', '.join(teams)}; "
-            f"rows adjusted or skipped: {dict(loaded.counts) or 'none'}"
+            f"rows adjusted or skipped: {loaded.describe()}"
         )
         results = {name: simulate(loaded.jobs, gpus, quotas, name) for name in policies}
         self.stdout.write(format_table(results))
@@ -86,19 +94,40 @@ class Command(BaseCommand):
             "jobs": len(loaded.jobs),
             "gpus": len(gpus),
             "row_counts": dict(loaded.counts),
+            "row_lines": loaded.lines,
             "results": {name: result.as_dict() for name, result in results.items()},
         }
         (out / "replay.json").write_text(json.dumps(document, indent=2))
         _report(results).write_html(out / "replay.html", include_plotlyjs=True, full_html=True)
+        if options["jobs_out"]:
+            path = Path(options["jobs_out"])
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with path.open("w", newline="") as handle:
+                rows = write_job_rows(results[options["policy"]], handle)
+            self.stdout.write(f"Wrote {rows:,} job rows to {path}")
         self.stdout.write(self.style.SUCCESS(f"Wrote {out / 'replay.json'} and replay.html"))
 
     def _load_trace(self, options):
         fmt = options["format"]
         if fmt == "auto":
-            with open(options["trace"]) as handle:
-                fmt = "alibaba" if "creation_time" in handle.readline() else "generic"
+            try:
+                with open(options["trace"], encoding="utf-8") as handle:
+                    header = handle.readline()
+            except (OSError, UnicodeDecodeError) as error:
+                raise TraceError(f"Cannot read {options['trace']}: {error}") from None
+            if "creation_time" in header:
+                fmt = "alibaba"
+            elif header.startswith("JobID|"):
+                fmt = "slurm"
+            else:
+                fmt = "generic"
         if fmt == "alibaba":
             return load_alibaba_pods(options["trace"], limit=options["limit"])
+        if fmt == "slurm":
+            loaded = load_slurm(options["trace"])
+            if options["limit"]:
+                loaded.jobs = loaded.jobs[: options["limit"]]
+            return loaded
         columns = {
             name: options[f"{name}_column"]
             for name in ("submit", "duration", "end", "gpus", "team", "model")
@@ -111,9 +140,16 @@ class Command(BaseCommand):
 
 
 def _report(results) -> go.Figure:
-    """Wait per team and the headline metrics of each policy, side by side."""
+    """Wait per team, the headline metrics and the queue length over time, per policy."""
     figure = make_subplots(
-        rows=1, cols=2, subplot_titles=("average wait per team (h)", "JCT and wait (h)")
+        rows=2,
+        cols=2,
+        specs=[[{}, {}], [{"colspan": 2}, None]],
+        subplot_titles=(
+            "average wait per team (h)",
+            "JCT and wait (h)",
+            "jobs queued over time (days since the first submit)",
+        ),
     )
     for name, result in results.items():
         teams = sorted(result.team_avg_wait)
@@ -128,5 +164,13 @@ def _report(results) -> go.Figure:
             row=1,
             col=2,
         )
-    figure.update_layout(barmode="group", title="Trace replay", template="simple_white")
+        figure.add_scatter(
+            x=[t / 86400 for t, _ in result.queue_length],
+            y=[n for _, n in result.queue_length],
+            mode="lines",
+            name=f"{name} queue",
+            row=2,
+            col=1,
+        )
+    figure.update_layout(barmode="group", title="Trace replay", template="simple_white", height=800)
     return figure
