@@ -233,6 +233,36 @@ def _ingest(batches: list, now: datetime, *, careful: bool) -> list[IngestResult
 
 
 def _ingest_in_transaction(batches, results, now: datetime, *, careful: bool):
+    valid = _well_formed(batches, results)
+    if not valid:
+        return results
+    prepared = _prepare(valid, now)
+    claimed = _claim_batches(
+        [(h, seq, len(rows), sum(r.rejected.values())) for r, h, seq, _, rows, _ in prepared],
+        now=now,
+    )
+    new_rows = []
+    for result, hostname, seq, gpus, rows, health in prepared:
+        if (hostname, seq) not in claimed:
+            result.duplicate_batch = True
+            result.rejected = {}
+            counter_add("batches_duplicate")
+            continue
+        result.stored = len(rows)
+        new_rows.extend(rows)
+        if health:
+            _apply_health(gpus, health)
+        _count(result)
+    _store(prepared, new_rows, careful=careful)
+    late_rollups_note(rows=new_rows, now=now)
+    for result, hostname, seq, *_ in prepared:
+        if result.rejected:
+            logger.warning("telemetry from %s seq %s: rejected %s", hostname, seq, result.rejected)
+    return results
+
+
+def _well_formed(batches, results) -> list[tuple]:
+    """(result, node, seq, samples) of the batches that are batches; the others are parked."""
     valid = []
     for result, batch in zip(results, batches, strict=True):
         problem = _batch_problem(batch)
@@ -244,8 +274,11 @@ def _ingest_in_transaction(batches, results, now: datetime, *, careful: bool):
             logger.warning("telemetry batch rejected: %s", problem)
             continue
         valid.append((result, batch["node"], batch["seq"], batch["samples"]))
-    if not valid:
-        return results
+    return valid
+
+
+def _prepare(valid: list[tuple], now: datetime) -> list[tuple]:
+    """(result, node, seq, gpus, rows, health) of the batches of known nodes."""
     node_ids = _nodes_seen({hostname for _, hostname, _, _ in valid}, now)
     now_mono = time.monotonic()
     stale = [n for n in node_ids.values() if _gpu_maps.get(n, (0,))[0] <= now_mono]
@@ -264,23 +297,11 @@ def _ingest_in_transaction(batches, results, now: datetime, *, careful: bool):
         if any(uuid not in gpus for uuid in unknown):
             gpus = _node_gpus(node_id, refresh=True)  # the node may have re-registered
         rows, health = _clean_batch(samples, gpus, now, result)
-        prepared.append((result, hostname, seq, node_id, gpus, rows, health))
-    claimed = _claim_batches(
-        [(h, seq, len(rows), sum(r.rejected.values())) for r, h, seq, _, _, rows, _ in prepared],
-        now=now,
-    )
-    new_rows = []
-    for result, hostname, seq, _node, gpus, rows, health in prepared:
-        if (hostname, seq) not in claimed:
-            result.duplicate_batch = True
-            result.rejected = {}
-            counter_add("batches_duplicate")
-            continue
-        result.stored = len(rows)
-        new_rows.extend(rows)
-        if health:
-            _apply_health(gpus, health)
-        _count(result)
+        prepared.append((result, hostname, seq, gpus, rows, health))
+    return prepared
+
+
+def _store(prepared: list[tuple], new_rows: list[tuple], *, careful: bool) -> None:
     try:
         if careful:
             stored = store_samples(new_rows)
@@ -293,11 +314,6 @@ def _ingest_in_transaction(batches, results, now: datetime, *, careful: bool):
     except (IntegrityError, psycopg.errors.ForeignKeyViolation):
         _gpu_maps.clear()  # a GPU vanished under a cached map; the task retries afresh
         raise
-    late_rollups_note(rows=new_rows, now=now)
-    for result, hostname, seq, *_ in prepared:
-        if result.rejected:
-            logger.warning("telemetry from %s seq %s: rejected %s", hostname, seq, result.rejected)
-    return results
 
 
 def _clean_batch(samples: list, gpus: dict, now: datetime, result: IngestResult):
