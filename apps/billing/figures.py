@@ -5,12 +5,12 @@ from decimal import Decimal
 
 import plotly.graph_objects as go
 from django.conf import settings
-from django.db.models import Sum
 from plotly.subplots import make_subplots
 
 from apps.billing import exports, selectors
 from apps.billing.choices import BUDGET_THRESHOLDS, PLATFORM_COST_CENTER
 from apps.billing.models import BillingPeriod, LedgerEntry
+from apps.billing.money import ExactSum
 from apps.billing.periods import month_bounds
 from portal.plotting import GREY, LAYOUT, PALETTE
 from portal.plotting import figure_json as _figure_json
@@ -54,7 +54,7 @@ def _scoped(entries, team_ids, include_platform):
 def _by_month(period, team_ids, include_platform) -> dict:
     periods = list(BillingPeriod.objects.filter(month__lte=period.month)[:MONTHS_SHOWN])[::-1]
     entries = _scoped(LedgerEntry.objects.filter(period__in=periods), team_ids, include_platform)
-    rows = entries.values("period__month", "team__slug").annotate(total=Sum("cost"))
+    rows = entries.values("period__month", "team__slug").annotate(total=ExactSum("cost"))
     by_team: dict[str, dict] = {}
     for row in rows:
         name = row["team__slug"] or PLATFORM_COST_CENTER
@@ -152,7 +152,7 @@ def _by_model(period, team_ids, include_platform) -> dict:
     rows = (
         entries.exclude(gpu_model__isnull=True)
         .values("gpu_model__name")
-        .annotate(total=Sum("cost"))
+        .annotate(total=ExactSum("cost"))
         .order_by("gpu_model__name")
     )
     figure = go.Figure(layout={**LAYOUT, "yaxis": _money_axis(), "xaxis": {"title": "GPU model"}})

@@ -3,10 +3,11 @@
 from datetime import UTC, datetime
 from decimal import Decimal
 
-from django.db.models import Q, QuerySet, Sum
+from django.db.models import Q, QuerySet
 
 from apps.billing.choices import ChargeSource
 from apps.billing.models import BillingPeriod, Budget, BudgetAlert, LedgerEntry, RateCard
+from apps.billing.money import ExactSum
 
 
 def rate_cards_in_force(*, start: datetime, end: datetime) -> QuerySet[RateCard]:
@@ -42,13 +43,13 @@ def team_spend(*, team, period: BillingPeriod | None) -> Decimal:
     """Everything charged to the team in the period so far (usage and adjustments)."""
     if period is None:
         return Decimal(0)
-    total = ledger_for_period(period).filter(team=team).aggregate(total=Sum("cost"))["total"]
+    total = ledger_for_period(period).filter(team=team).aggregate(total=ExactSum("cost"))["total"]
     return total or Decimal(0)
 
 
 def usage_totals(period: BillingPeriod) -> dict:
     """Ledger totals of a period: per source kind, and overall (exact, unrounded)."""
-    rows = ledger_for_period(period).values("source").annotate(total=Sum("cost"))
+    rows = ledger_for_period(period).values("source").annotate(total=ExactSum("cost"))
     by_source = {row["source"]: row["total"] or Decimal(0) for row in rows}
     return {
         "by_source": by_source,
@@ -79,7 +80,7 @@ def burn_down(*, team, period: BillingPeriod, now: datetime) -> dict:
     spent = team_spend(team=team, period=period)
     booked = booked_cost(team=team, period=period, now=now) if now < end else Decimal(0)
     jobs = ledger_for_period(period).filter(team=team, source=ChargeSource.JOB)
-    job_spend = jobs.aggregate(total=Sum("cost"))["total"] or Decimal(0)
+    job_spend = jobs.aggregate(total=ExactSum("cost"))["total"] or Decimal(0)
     elapsed = max((min(now, end) - start).total_seconds(), 3600)
     remaining = max((end - max(now, start)).total_seconds(), 0)
     projected = spent + booked + job_spend * Decimal(remaining / elapsed)
@@ -105,7 +106,7 @@ def daily_spend(*, team, period: BillingPeriod) -> list[tuple]:
         .filter(team=team)
         .annotate(day=TruncDate("slice_start", tzinfo=UTC))
         .values("day")
-        .annotate(total=Sum("cost"))
+        .annotate(total=ExactSum("cost"))
         .order_by("day")
     )
     return [(row["day"], row["total"]) for row in rows]

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from apps.billing.exports import RunningRounder, cents
 from apps.billing.models import BillingPeriod
 from tests.billing import reconcile
+from tests.billing.sqlite_chargeback import demo_usage
 from tests.sqlite_runner import run_on_sqlite
 
 AMOUNTS = st.decimals(min_value=Decimal("-50"), max_value=Decimal("500"), places=10)
@@ -49,6 +50,12 @@ def test_demo_months_match_the_page_on_postgresql():
     for period in periods:
         assert reconcile.drift(period) == {}, period
         assert reconcile.component_violations(period) == [], period
+        # Metered after its telemetry: booked teams were busy part of the time and used energy.
+        usage = {t: u for t, u in demo_usage(period).items() if t != "platform"}
+        assert usage, period
+        for team, figures in usage.items():
+            assert 0 < Decimal(figures["busy_gpu_hours"]) < Decimal(figures["gpu_hours"]), team
+            assert Decimal(figures["energy_kwh"]) > 0, team
 
 
 @pytest.mark.django_db
