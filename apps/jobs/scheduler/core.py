@@ -275,6 +275,7 @@ class Engine:
         self._dirty: set[str] = set()
         self._gain_mark: int | None = None
         self._team_retry: dict[str, float] = {}  # when a team's failed preemption may work
+        self._frozen_models: list[str] | None = None  # models by free GPUs, while explaining
 
     # -- changes between cycles --------------------------------------------------------------
 
@@ -423,6 +424,8 @@ class Engine:
             return [gpu_model] if gpu_model in self.pool.capacity else []
         if len(self.pool.models) == 1:
             return self.pool.models
+        if self._frozen_models is not None:
+            return self._frozen_models
         return sorted(self.pool.models, key=lambda m: -self.pool.total.get(m, 0))
 
     def _cap(self, team: str, model: str, mode: str, pclass: PriorityClass) -> int:
@@ -767,17 +770,23 @@ class Engine:
     def _explain(self) -> None:
         waiting = {p.job_id for p in self.decision.pending}
         fits_cache: dict[tuple, bool] = {}
+        estimates: dict[tuple, float | None] = {}
+        # Nothing changes while explaining: order the models once.
+        self._frozen_models = self._models_for(None)
+        append = self.decision.pending.append
         for job in self.queued.values():
             if job.job_id in waiting:
                 continue
             pending = self.explained.get(job.job_id)
             if pending is None:
                 reason, message = self._why(job, fits_cache)
-                pending = Pending(job.job_id, reason, message)
-            estimate = self._estimate(job)
-            self.decision.pending.append(
-                Pending(pending.job_id, pending.reason, pending.message, estimate)
-            )
+            else:
+                reason, message = pending.reason, pending.message
+            shape = (job.gpu_model, job.gpu_count)
+            if shape not in estimates:
+                estimates[shape] = self._estimate(job)
+            append(Pending(job.job_id, reason, message, estimates[shape]))
+        self._frozen_models = None
 
     def _why(self, job: QueuedJob, fits_cache: dict) -> tuple[PendingReason, str]:
         models = self._models_for(job.gpu_model)

@@ -145,27 +145,30 @@ class FreePool:
             if counts[c]:
                 node = min(counts[c])
                 return self._pick_on_node(self.free[model][node], count)
-        booked = self.has_booked(model)
         per_node: dict[str, list[int]] = {}
-        if booked:
-            for node, ids in self.free[model].items():
-                extra = self._usable_booked(model, node, deadline)
-                if ids or extra:
-                    per_node[node] = sorted(ids + extra)
-            fitting = [n for n, ids in per_node.items() if len(ids) >= count]
+        extra: dict[str, list[int]] = {}
+        for node in self.booked.get(model, {}):
+            usable = self._usable_booked(model, node, deadline)
+            if usable:
+                extra[node] = usable
+        if extra:
+            # Backfill: booked GPUs whose booking starts after the job would end.
+            free = self.free[model]
+            fitting = [n for n, ids in extra.items() if len(free[n]) + len(ids) >= count]
             if fitting:
-                node = min(fitting, key=lambda n: (len(per_node[n]), n))
-                return self._pick_on_node(per_node[node], count)
+                node = min(fitting, key=lambda n: (len(free[n]) + len(extra[n]), n))
+                return self._pick_on_node(sorted(free[node] + extra[node]), count)
         if same_node:
             return None
-        if not booked:
-            if self.total.get(model, 0) < count:
-                return None
-            per_node = {
-                node: self.free[model][node]
-                for c in range(len(counts) - 1, 0, -1)
-                for node in counts[c]
-            }
+        if self.total.get(model, 0) + sum(len(ids) for ids in extra.values()) < count:
+            return None
+        per_node = {
+            node: self.free[model][node]
+            for c in range(len(counts) - 1, 0, -1)
+            for node in counts[c]
+        }
+        for node, ids in extra.items():
+            per_node[node] = sorted(per_node.get(node, []) + ids)
         return self._spread(per_node, count)
 
     def _spread(self, per_node: dict[str, list[int]], count: int) -> list[int] | None:
