@@ -442,33 +442,47 @@ class Engine:
         """The team's first queued job (queue order) that the pass may place now: within the
         quota bound of ``mode`` and, when ``fitting``, with room in the free GPUs."""
         shapes = self.buckets.get(team)
-        if not shapes or (fitting and self.pool.exhausted()):
+        pool = self.pool
+        if not shapes or (fitting and pool.free_count == 0 and pool.booked_count == 0):
             return None
-        if all(self._cap(team, m, mode, None) <= 0 for m in self.pool.models):
+        caps = {m: self._cap(team, m, mode, None) for m in pool.models}
+        if max(caps.values(), default=0) <= 0:
             return None
+        room: dict[tuple[str, bool], int] = {}  # (model, same node) -> largest gang that fits
+        skip = PriorityClass.PREEMPTIBLE if mode == _GUARANTEE else None
+        if mode == _SPARE:
+            skip = PriorityClass.GUARANTEED
         best: _Candidate | None = None
+        best_key = None
         for shape, entries in shapes.items():
             pclass, gpu_model, count, same_node = shape
-            if mode == _GUARANTEE and pclass == PriorityClass.PREEMPTIBLE:
+            if pclass == skip:
                 continue
-            if mode == _SPARE and pclass == PriorityClass.GUARANTEED:
-                continue
-            if best is not None and entries[0][0] >= best.key:
+            head_key = entries[0][0]
+            if best_key is not None and head_key >= best_key:
                 continue
             for model in self._models_for(gpu_model):
-                if count > self._cap(team, model, mode, pclass):
+                if count > caps.get(model, 0):
                     continue
                 if not fitting:
-                    best = _Candidate(entries[0][0], self.queued[entries[0][1]], model, None)
+                    best = _Candidate(head_key, self.queued[entries[0][1]], model, None)
+                    best_key = head_key
                     break
-                if not self.pool.has_booked(model):
-                    if self.pool.fits(model, count, same_node):
-                        best = _Candidate(entries[0][0], self.queued[entries[0][1]], model, None)
+                if model not in pool.booked or not pool.has_booked(model):
+                    key = (model, same_node)
+                    fits = room.get(key)
+                    if fits is None:
+                        fits = room[key] = (
+                            pool.max_free_on_node(model) if same_node else pool.total[model]
+                        )
+                    if count <= fits:
+                        best = _Candidate(head_key, self.queued[entries[0][1]], model, None)
+                        best_key = head_key
                         break
                     continue
                 found = self._first_backfill(entries, model, count, same_node, best)
                 if found is not None:
-                    best = found
+                    best, best_key = found, found.key
                     break
         return best
 
