@@ -5,13 +5,10 @@ requeued and finishes on another node."""
 import os
 import signal
 import subprocess
-import sys
-import time
 import uuid
 from pathlib import Path
 
 import pytest
-from django.conf import settings
 
 from apps.fleet.models import Gpu, GpuModel
 from apps.jobs import services
@@ -19,63 +16,14 @@ from apps.jobs.choices import JobStatus
 from apps.jobs.dispatch import schedule_cycle
 from apps.jobs.models import Job, JobAllocation
 from apps.teams.models import Quota
-from apps.telemetry.models import GpuSample
 from apps.telemetry.drain import telemetry_drain
+from apps.telemetry.models import GpuSample
 from apps.telemetry.services import nodes_mark_unreachable
 from apps.telemetry.tasks import poll_fleet
+from tests.processes import spawn_agent, stop, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 MARK = "E2E_JOB_MARK"
-
-
-def _spawn_agent(hostname: str, job_dir: Path) -> subprocess.Popen:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("DATABASE", "TEST_DATABASE", "DJANGO_"))
-    }
-    env["CELERY_BROKER_URL"] = settings.CELERY_BROKER_URL
-    env["AGENT_JOB_DIR"] = str(job_dir)
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "workers.agent",
-            "--backend",
-            "simulated",
-            "--hostname",
-            hostname,
-            "--gpus",
-            "4",
-            "--profile",
-            "idle",
-            "--loglevel",
-            "WARNING",
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-
-
-def _wait_for(condition, timeout=40, poll=None):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if poll:
-            poll()
-        if condition():
-            return True
-        time.sleep(0.3)
-    return False
-
-
-def _stop(process):
-    process.terminate()
-    try:
-        process.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        process.kill()
 
 
 def _job_pids(mark: str) -> list[int]:
@@ -110,8 +58,8 @@ def e2e(tmp_path, team, member, settings):
 
     def start(name: str) -> str:
         hostname = f"jobs-e2e-{os.getpid()}-{name}"
-        agents[hostname] = _spawn_agent(hostname, tmp_path)
-        assert _wait_for(lambda: Gpu.objects.filter(node__hostname=hostname).count() == 4)
+        agents[hostname] = spawn_agent(hostname, job_dir=tmp_path)
+        assert wait_for(lambda: Gpu.objects.filter(node__hostname=hostname).count() == 4)
         return hostname
 
     def submit(seconds: float, count: int = 2) -> Job:
@@ -134,7 +82,7 @@ def e2e(tmp_path, team, member, settings):
             yield start, submit, agents, mark
         finally:
             for process in agents.values():
-                _stop(process)
+                stop(process)
             for pid in _job_pids(mark):
                 os.kill(pid, signal.SIGKILL)
 
@@ -145,7 +93,7 @@ def test_submit_runs_and_succeeds(e2e):
     start, submit, agents, mark = e2e
     hostname = start("a")
     job = submit(1)
-    assert _wait_for(lambda: _status(job) == JobStatus.SUCCEEDED, poll=schedule_cycle)
+    assert wait_for(lambda: _status(job) == JobStatus.SUCCEEDED, poll=schedule_cycle)
     job.refresh_from_db()
     assert job.node.hostname == hostname and job.exit_code == 0
     assert job.started_at and job.finished_at and "simulated job done" in job.log_tail
@@ -159,13 +107,13 @@ def test_cancel_kills_the_running_process(e2e):
     start, submit, agents, mark = e2e
     start("a")
     job = submit(300)
-    assert _wait_for(lambda: _status(job) == JobStatus.RUNNING, poll=schedule_cycle)
+    assert wait_for(lambda: _status(job) == JobStatus.RUNNING, poll=schedule_cycle)
     assert _job_pids(mark), "the job process is not running"
     # The simulated GPUs of the job get busy (the node's profile is idle).
     busy = GpuSample.objects.filter(gpu__job_allocations__job=job, util_gpu__gte=80)
-    assert _wait_for(busy.exists, poll=lambda: (poll_fleet(), telemetry_drain()))
+    assert wait_for(busy.exists, poll=lambda: (poll_fleet(), telemetry_drain()))
     services.job_cancel(job=job, actor=job.submitted_by)
-    assert _wait_for(lambda: not _job_pids(mark)), "the agent did not kill the job"
+    assert wait_for(lambda: not _job_pids(mark)), "the agent did not kill the job"
     assert _status(job) == JobStatus.CANCELLED
 
 
@@ -176,18 +124,18 @@ def test_lost_node_requeues_and_finishes_elsewhere(e2e):
     start("a")
     start("b")
     job = submit(4, count=4)
-    assert _wait_for(lambda: _status(job) == JobStatus.RUNNING, poll=schedule_cycle)
+    assert wait_for(lambda: _status(job) == JobStatus.RUNNING, poll=schedule_cycle)
     job.refresh_from_db()
     lost = job.node.hostname
     # The node dies with its job: the agent and the job's processes.
     agents.pop(lost).kill()
     for pid in _job_pids(mark):
         os.kill(pid, signal.SIGKILL)
-    assert _wait_for(
+    assert wait_for(
         lambda: Job.objects.get(pk=job.pk).requeue_count == 1,
         poll=lambda: (poll_fleet(), telemetry_drain(), nodes_mark_unreachable()),
     )
-    assert _wait_for(
+    assert wait_for(
         lambda: _status(job) == JobStatus.SUCCEEDED,
         poll=lambda: (poll_fleet(), telemetry_drain(), schedule_cycle()),
     )

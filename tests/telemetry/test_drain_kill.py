@@ -1,26 +1,23 @@
 """A drain worker SIGKILLed mid-drain loses no batch and stores none twice: every message is at
 every instant in the queue or in a registered processing list that the next drain requeues."""
 
-import os
 import random
 import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 import redis
 from django.conf import settings
-from django.db import connection
 
 from apps.fleet.models import Gpu
 from apps.telemetry.drain import processing_registry, recover_abandoned, telemetry_drain
 from apps.telemetry.models import GpuSample, IngestBatch
 from portal.celery import app
+from tests.processes import ROOT, portal_environment
 from tests.telemetry.conftest import batch, sample
 
-ROOT = Path(__file__).resolve().parents[2]
 BATCHES_PER_NODE = 600
 
 DRAIN_FOREVER = """
@@ -34,16 +31,7 @@ while True:
 
 
 def _drain_process() -> subprocess.Popen:
-    db = connection.settings_dict
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "portal.settings",
-        "DJANGO_DEBUG": "1",
-        "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
-        "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
-        "REDIS_URL": settings.CELERY_BROKER_URL,
-        "LOG_LEVEL": "ERROR",
-    }
+    env = portal_environment(LOG_LEVEL="ERROR")
     process = subprocess.Popen(
         [sys.executable, "-c", DRAIN_FOREVER],
         cwd=ROOT,

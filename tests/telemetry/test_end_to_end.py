@@ -4,13 +4,10 @@ unreachable and coming back."""
 
 import os
 import subprocess
-import sys
-import time
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from django.conf import settings
 from django.utils import timezone
 
 from apps.fleet.choices import NodeStatus
@@ -21,58 +18,13 @@ from apps.telemetry.idle import idle_intervals_update
 from apps.telemetry.models import GpuMinuteRollup, GpuSample, IdleInterval
 from apps.telemetry.rollups import rollup_minutes
 from apps.telemetry.tasks import poll_fleet
+from tests.processes import spawn_agent, stop, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _spawn_agent(hostname: str) -> subprocess.Popen:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("DATABASE", "TEST_DATABASE", "DJANGO_"))
-    }
-    env["CELERY_BROKER_URL"] = settings.CELERY_BROKER_URL
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "workers.agent",
-            "--backend",
-            "simulated",
-            "--hostname",
-            hostname,
-            "--gpus",
-            "4",
-            "--profile",
-            "busy",
-            "--loglevel",
-            "WARNING",
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
-def _wait_for(condition, timeout=60, poll=None):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if poll:
-            poll()
-        if condition():
-            return True
-        time.sleep(0.5)
-    return False
-
-
-def _stop(process):
-    process.terminate()
-    try:
-        process.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        process.kill()
+    return spawn_agent(hostname, profile="busy", stderr=subprocess.PIPE)
 
 
 @pytest.mark.slow
@@ -89,12 +41,12 @@ def test_agents_feed_the_portal_end_to_end(settings):
     with start_worker(app, pool="solo", perform_ping_check=False, shutdown_timeout=30):
         try:
             agents = {name: _spawn_agent(name) for name in (first, second)}
-            assert _wait_for(lambda: Gpu.objects.filter(node__hostname__in=agents).count() == 8), (
+            assert wait_for(lambda: Gpu.objects.filter(node__hostname__in=agents).count() == 8), (
                 "agents did not register: " + agents[first].stderr.read()
                 if agents[first].poll()
                 else ""
             )
-            assert _wait_for(
+            assert wait_for(
                 lambda: GpuSample.objects.filter(gpu__node__hostname=second).count() >= 8,
                 poll=lambda: (poll_fleet(), telemetry_drain()),
             )
@@ -108,20 +60,20 @@ def test_agents_feed_the_portal_end_to_end(settings):
             idle_intervals_update(now=now + timedelta(minutes=1))
             assert IdleInterval.objects.filter(kind=IdleKind.UNALLOCATED).count() == 8
 
-            _stop(agents.pop(second))
+            stop(agents.pop(second))
             from apps.telemetry.services import nodes_mark_unreachable
 
-            assert _wait_for(
+            assert wait_for(
                 lambda: Node.objects.get(hostname=second).status == NodeStatus.UNREACHABLE,
                 poll=lambda: (poll_fleet(), telemetry_drain(), nodes_mark_unreachable()),
                 timeout=30,
             )
             assert Node.objects.get(hostname=first).status == NodeStatus.UP
             agents[second] = _spawn_agent(second)
-            assert _wait_for(
+            assert wait_for(
                 lambda: Node.objects.get(hostname=second).status == NodeStatus.UP,
                 poll=lambda: (poll_fleet(), telemetry_drain()),
             )
         finally:
             for process in agents.values():
-                _stop(process)
+                stop(process)

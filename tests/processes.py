@@ -1,0 +1,88 @@
+"""Real processes for end-to-end tests: simulated node agents, and waiting on what they do.
+
+Agents run as `python -m workers.agent` with no database settings at all (nodes hold no
+credentials), on the test's Redis broker."""
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from django.conf import settings
+from django.db import connection
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def agent_environment(**extra: str) -> dict[str, str]:
+    """The test process's environment without any database or Django settings, on the test
+    broker."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("DATABASE", "TEST_DATABASE", "DJANGO_"))
+    }
+    env["CELERY_BROKER_URL"] = settings.CELERY_BROKER_URL
+    env.update(extra)
+    return env
+
+
+def spawn_agent(
+    hostname: str,
+    *,
+    gpus: int = 4,
+    profile: str = "idle",
+    job_dir: Path | None = None,
+    stderr=subprocess.DEVNULL,
+) -> subprocess.Popen:
+    """A simulated node agent serving `node.<hostname>`."""
+    env = agent_environment(**({"AGENT_JOB_DIR": str(job_dir)} if job_dir else {}))
+    command = [sys.executable, "-m", "workers.agent", "--backend", "simulated"]
+    command += ["--hostname", hostname, "--gpus", str(gpus), "--profile", profile]
+    command += ["--loglevel", "WARNING"]
+    return subprocess.Popen(
+        command,
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=stderr,
+        text=stderr is subprocess.PIPE or None,
+    )
+
+
+def portal_environment(**extra: str) -> dict[str, str]:
+    """Environment for a portal process (a worker, a drain loop) on the test database and
+    broker: the database pytest-django created, reached as a DATABASE_URL."""
+    db = connection.settings_dict
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "portal.settings",
+        "DJANGO_DEBUG": "1",
+        "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
+        "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
+        "REDIS_URL": settings.CELERY_BROKER_URL,
+    }
+    env.update(extra)
+    return env
+
+
+def wait_for(condition, *, timeout: float = 60, poll=None, every: float = 0.3) -> bool:
+    """Call `poll` (if any) then `condition` until it is true or `timeout` seconds pass."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if poll:
+            poll()
+        if condition():
+            return True
+        time.sleep(every)
+    return False
+
+
+def stop(process: subprocess.Popen) -> None:
+    """SIGTERM, then SIGKILL if it does not exit within 20 s."""
+    process.terminate()
+    try:
+        process.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        process.kill()
