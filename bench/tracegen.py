@@ -96,14 +96,18 @@ def generate(
         checkpointable = rng.random() < (0.6 if gpus >= 8 else 0.15)
         out.append(TraceJob(k + 1, submit, duration, gpus, team, checkpointable=checkpointable))
 
-    # Scale durations so the average offered load is `load`, then clamp the tail.
-    offered = sum(j.gpus * j.duration for j in out) / (fleet_gpus * DAY * days)
-    factor = load / offered
-    out = [
-        TraceJob(j.job_id, j.submit, min(7 * DAY, max(30.0, j.duration * factor)), j.gpus,
-                 j.team, checkpointable=j.checkpointable)
-        for j in out
-    ]  # fmt: skip
+    # Scale durations so the average offered load is `load` with the tail clamped to
+    # [30 s, 7 days] (a few rounds: clamping moves the load a little each time).
+    raw = out
+    factor = 1.0
+    for _ in range(4):
+        out = [
+            TraceJob(j.job_id, j.submit, min(7 * DAY, max(30.0, j.duration * factor)), j.gpus,
+                     j.team, checkpointable=j.checkpointable)
+            for j in raw
+        ]  # fmt: skip
+        offered = sum(j.gpus * j.duration for j in out) / (fleet_gpus * DAY * days)
+        factor *= load / offered
     out.sort(key=lambda j: (j.submit, j.job_id))
     per_day: dict[int, float] = defaultdict(float)
     for j in out:
