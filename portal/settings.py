@@ -426,3 +426,51 @@ CELERY_BEAT_SCHEDULE["billing-meter"] = {
 # plotly.js is served from the plotly package's own bundled copy (static/vendor/plotly/), never a
 # CDN, so the dashboards work offline and always match the plotly version building the figures.
 STATICFILES_DIRS.append(("vendor/plotly", Path(plotly.__file__).resolve().parent / "package_data"))
+
+# --- Slurm integration (optional; apps/integrations/slurm) -----------------------------------
+# JOB_BACKEND=agents: the portal's scheduler places jobs on its own node agents (default).
+# JOB_BACKEND=slurm: jobs are sbatch jobs on the cluster's Slurm, which places them; bookings
+# become Slurm reservations and quotas GrpTRES limits. SLURM_ENABLED=1 alone (agents backend)
+# mirrors bookings and quotas without sending jobs to Slurm.
+JOB_BACKEND = env.str("JOB_BACKEND", default="agents")
+if JOB_BACKEND not in ("agents", "slurm"):
+    raise ImproperlyConfigured("JOB_BACKEND must be agents or slurm.")
+SLURM_ENABLED = env.bool("SLURM_ENABLED", default=JOB_BACKEND == "slurm")
+SLURM_BIN_DIR = env.str("SLURM_BIN_DIR", default="")  # empty: the commands on PATH
+SLURM_CONF = env.str("SLURM_CONF", default="")  # empty: Slurm's own default (/etc/slurm)
+SLURM_CLUSTER = env.str("SLURM_CLUSTER", default="")
+SLURM_COMMAND_TIMEOUT = env.float("SLURM_COMMAND_TIMEOUT", default=30.0)
+# Portal GPU model -> Slurm gres type and partition, e.g. "H100-SXM-80GB=h100,L40S=l40s".
+SLURM_GPU_TYPES = env.dict("SLURM_GPU_TYPES", default={})
+SLURM_PARTITIONS = env.dict("SLURM_PARTITIONS", default={})
+# Where job output files go: a folder the compute nodes and the portal's worker both see.
+SLURM_OUTPUT_DIR = env.str("SLURM_OUTPUT_DIR", default=str(VAR_DIR / "slurm-output"))
+# The Unix user the portal's worker submits as; quota sync associates it with every team.
+SLURM_SUBMIT_USER = env.str("SLURM_SUBMIT_USER", default="")
+SLURM_RESERVATION_PREFIX = env.str("SLURM_RESERVATION_PREFIX", default="portal-")
+SLURM_POLL_SECONDS = env.float("SLURM_POLL_SECONDS", default=15.0)
+SLURM_POLL_BATCH = env.int("SLURM_POLL_BATCH", default=500)
+SLURM_ACCOUNTING_LOOKBACK_HOURS = env.int("SLURM_ACCOUNTING_LOOKBACK_HOURS", default=6)
+SLURM_HOOKS = {
+    "job.submitted": "apps.integrations.slurm.services.on_job_submitted",
+    "job.cancelled": "apps.integrations.slurm.services.on_job_cancelled",
+    "reservation.created": "apps.integrations.slurm.services.on_reservation_created",
+    "reservation.extended": "apps.integrations.slurm.services.on_reservation_extended",
+    "reservation.ended": "apps.integrations.slurm.services.on_reservation_ended",
+    "quota.changed": "apps.integrations.slurm.services.on_quota_changed",
+}
+PORTAL_HOOKS: dict[str, list[str]] = globals().get("PORTAL_HOOKS", {})
+if SLURM_ENABLED:
+    INSTALLED_APPS.append("apps.integrations.slurm")
+    for _event, _path in SLURM_HOOKS.items():
+        PORTAL_HOOKS.setdefault(_event, []).append(_path)
+    CELERY_BEAT_SCHEDULE["slurm-poll"] = {
+        "task": "slurm.poll",
+        "schedule": SLURM_POLL_SECONDS,
+        "options": {"expires": SLURM_POLL_SECONDS},
+    }
+    CELERY_BEAT_SCHEDULE["slurm-sync"] = {
+        "task": "slurm.sync",
+        "schedule": 600.0,
+        "options": {"expires": 550},
+    }

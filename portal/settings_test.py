@@ -29,3 +29,7 @@ STORAGES["staticfiles"] = {  # noqa: F405
 }
 REST_FRAMEWORK = {**REST_FRAMEWORK, "DEFAULT_THROTTLE_RATES": {"writes": "100000/min"}}  # noqa: F405
 API_TOKEN_FAILURE_THROTTLE = "100000/min"  # noqa: S105 - a rate, not a secret
+# The optional Slurm integration's tables exist in the test database so its tests (against a
+# real Slurm the tests start) can run; its hooks stay off unless a test switches them on.
+if "apps.integrations.slurm" not in INSTALLED_APPS:  # noqa: F405
+    INSTALLED_APPS = [*INSTALLED_APPS, "apps.integrations.slurm"]  # noqa: F405

@@ -28,6 +28,7 @@ from apps.reservations.policy import BookingPolicy, budget_check
 from apps.teams.choices import TeamRole
 from apps.teams.models import Membership, Quota, Team
 from apps.teams.permissions import is_platform_admin
+from portal import hooks
 from portal.exceptions import ConflictError, PolicyRefusal
 from portal.formatting import format_count
 
@@ -258,6 +259,8 @@ def reservation_create(
                         ReservationGpu(reservation=reservation, gpu_id=g.id, start=start, end=end)
                         for g in picked
                     )
+                # Integrations (Slurm) mirror the booking; a refusal rolls it back.
+                hooks.emit("reservation.created", reservation=reservation)
                 return reservation
             except IntegrityError as error:
                 if not _is_overlap_violation(error):
@@ -342,6 +345,7 @@ def reservation_cancel(*, reservation: Reservation, actor, reason: str = "") -> 
     reservation.ended_at = now
     reservation.end_reason = reason
     reservation.save(update_fields=["status", "ended_at", "end_reason"])
+    hooks.emit("reservation.ended", reservation=reservation)
     if forced:
         audit_record(
             actor=actor,
@@ -413,6 +417,7 @@ def reservation_extend(*, reservation: Reservation, actor, new_end: datetime) ->
     reservation.end = new_end
     reservation.reminder_sent_at = None
     reservation.save(update_fields=["end", "reminder_sent_at"])
+    hooks.emit("reservation.extended", reservation=reservation)
     return reservation
 
 
@@ -437,6 +442,7 @@ def reservation_release(*, reservation: Reservation, reason: str, actor=None) ->
         Decimal(reservation.count) * Decimal(remaining.total_seconds()) / Decimal(3600)
     ).quantize(Decimal("0.0001"))
     reservation.save(update_fields=["status", "ended_at", "end_reason", "released_gpu_hours"])
+    hooks.emit("reservation.ended", reservation=reservation)
     audit_record(
         actor=actor,
         action="reservation.release",

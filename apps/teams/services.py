@@ -7,6 +7,7 @@ from apps.audit.services import audit_record
 from apps.teams.choices import TeamRole
 from apps.teams.models import Membership, Quota, Team, User
 from apps.teams.permissions import can_manage_team, is_platform_admin
+from portal import hooks
 from portal.exceptions import ConflictError, PolicyRefusal
 
 
@@ -120,9 +121,12 @@ def quota_set(*, team: Team, gpu_model, guaranteed: int, limit: int, actor) -> Q
     _require_platform_admin(actor)
     _validate_quota_numbers(guaranteed, limit)
     quota = (
-        Quota.objects.select_for_update().filter(team=team, gpu_model=gpu_model).first()
+        Quota.objects.select_for_update(of=("self",)).filter(team=team, gpu_model=gpu_model).first()
         if gpu_model is not None
-        else Quota.objects.select_for_update().filter(team=team, gpu_model__isnull=True).first()
+        # of=("self",): the ordering joins the nullable gpu_model, which PostgreSQL cannot lock
+        else Quota.objects.select_for_update(of=("self",))
+        .filter(team=team, gpu_model__isnull=True)
+        .first()
     )
     before = _quota_snapshot(quota) if quota else None
     if quota is None:
@@ -137,12 +141,19 @@ def quota_set(*, team: Team, gpu_model, guaranteed: int, limit: int, actor) -> Q
         before=before,
         after=_quota_snapshot(quota),
     )
+    # Integrations (Slurm limits) follow the quota; a refusal rolls the edit back.
+    hooks.emit("quota.changed", quota=quota, actor=actor)
     return quota
 
 
 @transaction.atomic
 def quota_delete(*, quota: Quota, actor) -> None:
     _require_platform_admin(actor)
-    quota = Quota.objects.select_for_update().select_related("gpu_model", "team").get(pk=quota.pk)
+    quota = (
+        Quota.objects.select_for_update(of=("self",))
+        .select_related("gpu_model", "team")
+        .get(pk=quota.pk)
+    )
     audit_record(actor=actor, action="quota.delete", target=quota, before=_quota_snapshot(quota))
     quota.delete()
+    hooks.emit("quota.changed", quota=quota, actor=actor)

@@ -1,0 +1,23 @@
+"""Thin Celery tasks of the Slurm integration (beat: settings SLURM_POLL_SECONDS and slurm.sync)."""
+
+from celery import shared_task
+
+from apps.integrations.slurm import services
+
+
+@shared_task(name="slurm.poll", acks_late=False, time_limit=120, soft_time_limit=100)
+def poll() -> dict:
+    """Follow the states of the portal's jobs in Slurm. Bounded (SLURM_POLL_BATCH jobs per
+    run) and idempotent; a lost run is the next one's work, hence not acked late."""
+    return services.jobs_poll()
+
+
+@shared_task(name="slurm.sync", time_limit=600, soft_time_limit=540)
+def sync() -> dict:
+    """Correct drift: quotas to GrpTRES/Fairshare, stale portal reservations removed, sacct
+    records imported."""
+    return {
+        "quotas": services.quotas_sync(),
+        "reservations": services.reservations_reconcile(),
+        "accounting": services.accounting_import(),
+    }

@@ -1,0 +1,194 @@
+"""Portal jobs executed by a real Slurm: sbatch, squeue/sacct polling, scancel, pending reasons."""
+
+from datetime import timedelta
+from decimal import Decimal
+
+import pytest
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from apps.billing.choices import ChargeSource
+from apps.billing.metering import floor_hour, meter_interval
+from apps.billing.models import LedgerEntry, RateCard
+from apps.integrations.slurm import services
+from apps.integrations.slurm.choices import PENDING_REASONS, SlurmJobState
+from apps.integrations.slurm.models import SlurmJob
+from apps.jobs import dispatch
+from apps.jobs.choices import JobStatus
+from apps.jobs.models import Job
+from apps.jobs.services import job_cancel, job_submit
+from apps.teams.services import quota_set
+from tests.factories import MembershipFactory, PlatformAdminFactory, TeamFactory
+from tests.integrations.slurm.conftest import slurm_out, wait_for
+
+pytestmark = [pytest.mark.slurm, pytest.mark.django_db(transaction=False)]
+
+
+def submit(slurm, argv, *, gpus=1, runtime=120, team=None, user=None, **extra) -> Job:
+    return job_submit(
+        actor=user or slurm.member,
+        team=team or slurm.team,
+        argv=argv,
+        gpu_count=gpus,
+        gpu_model=slurm.model,
+        max_runtime_seconds=runtime,
+        **extra,
+    )
+
+
+def poll_until(job: Job, *statuses, timeout: float = 40) -> Job:
+    def done():
+        services.jobs_poll()
+        job.refresh_from_db()
+        return job.status in statuses
+
+    wait_for(done, timeout=timeout, what=f"job {job.pk} to be {'/'.join(statuses)}")
+    return job
+
+
+def test_portal_job_runs_in_slurm_under_team_account_and_succeeds_with_its_cost_in_ledger(slurm):
+    RateCard.objects.create(
+        gpu_model=slurm.model,
+        price_per_gpu_hour=Decimal("3.6000"),
+        effective_from=timezone.now() - timedelta(days=1),
+    )
+    job = submit(slurm, ["/bin/sh", "-c", "echo hello from $1; sleep 2", "sh", "slurm"], gpus=2)
+
+    mapping = SlurmJob.objects.get(job=job)
+    shown = slurm_out(slurm.cluster, "scontrol", "-o", "show", "job", str(mapping.slurm_job_id))
+    assert "Account=vision" in shown
+    assert "gres/gpu:h100=2" in shown
+    assert "TimeLimit=00:02:00" in shown
+    assert job.pending_message.startswith(f"Submitted to Slurm as job {mapping.slurm_job_id}")
+
+    poll_until(job, JobStatus.SUCCEEDED)
+    assert job.exit_code == 0
+    assert "hello from slurm" in job.log_tail
+    assert job.node == slurm.node
+    allocations = list(job.allocations.all())
+    assert len(allocations) == 2
+    assert all(a.end is not None and a.end >= a.start for a in allocations)
+    # The ids map both ways from the database alone.
+    assert SlurmJob.objects.get(cluster="portaltest", slurm_job_id=mapping.slurm_job_id).job == job
+    assert Job.objects.get(slurm__slurm_job_id=mapping.slurm_job_id) == job
+
+    hour = floor_hour(allocations[0].start)
+    meter_interval(start=hour, end=hour + timedelta(hours=2), now=hour + timedelta(hours=3))
+    charged = LedgerEntry.objects.filter(source=ChargeSource.JOB, source_id=job.pk)
+    gpu_seconds = sum(
+        int((a.end - a.start).total_seconds()) for a in allocations
+    )  # what Slurm reported, per GPU
+    assert charged.exists()
+    assert {e.team_id for e in charged} == {slurm.team.pk}
+    assert abs(sum(e.gpu_seconds for e in charged) - gpu_seconds) <= 2
+    assert sum(e.gpu_cost for e in charged) == pytest.approx(
+        Decimal(sum(e.gpu_seconds for e in charged)) / 1000, abs=Decimal("0.000001")
+    )
+
+
+def test_the_portal_scheduler_does_not_place_jobs_with_the_slurm_backend(slurm):
+    job = submit(slurm, ["/bin/sleep", "30"])
+    result = dispatch.schedule_cycle()
+    assert result.placed == []
+    job.refresh_from_db()
+    assert job.status == JobStatus.QUEUED
+    assert not job.allocations.exists()
+
+
+def test_failing_job_is_failed_with_slurms_exit_code(slurm):
+    job = submit(slurm, ["/bin/sh", "-c", "echo broken >&2; exit 3"])
+    poll_until(job, JobStatus.FAILED)
+    assert job.exit_code == 3
+    assert "broken" in job.log_tail
+    assert SlurmJob.objects.get(job=job).state == SlurmJobState.FAILED
+
+
+def test_cancel_in_the_portal_is_scancel(slurm):
+    job = submit(slurm, ["/bin/sleep", "300"], runtime=600)
+    poll_until(job, JobStatus.RUNNING)
+    slurm_id = job.slurm.slurm_job_id
+    job_cancel(job=job, actor=slurm.member)
+
+    def cancelled_in_slurm():
+        out = slurm_out(
+            slurm.cluster, "sacct", "-n", "-X", "-P", "-j", str(slurm_id), "-o", "State"
+        )
+        return out.strip().startswith("CANCELLED")
+
+    wait_for(cancelled_in_slurm, what="Slurm to cancel the job")
+    job.refresh_from_db()
+    assert job.status == JobStatus.CANCELLED
+    assert all(a.end is not None and a.released_at is not None for a in job.allocations.all())
+    services.jobs_poll()  # a later poll leaves the cancelled job alone
+    job.refresh_from_db()
+    assert job.status == JobStatus.CANCELLED
+
+
+def test_waiting_job_says_slurms_reason_in_portal_words_and_when_it_should_start(slurm):
+    # A limit above the node's 8 GPUs, so the job waits for GPUs, not for the team's limit.
+    admin = PlatformAdminFactory()
+    quota_set(team=slurm.team, gpu_model=slurm.model, guaranteed=4, limit=16, actor=admin)
+    big = submit(slurm, ["/bin/sleep", "300"], gpus=8, runtime=300)
+    poll_until(big, JobStatus.RUNNING)
+    waiting = submit(slurm, ["/bin/true"], gpus=1, runtime=60)
+
+    def has_reason():
+        services.jobs_poll()
+        waiting.refresh_from_db()
+        return waiting.pending_reason in ("Resources", "Priority") and waiting.estimated_start
+
+    wait_for(has_reason, what="Slurm's pending reason and expected start")
+    assert waiting.status == JobStatus.QUEUED
+    assert waiting.pending_message == PENDING_REASONS[waiting.pending_reason]
+    # Slurm expects it to start when the 8-GPU job's time limit runs out.
+    big_end = big.started_at + timedelta(seconds=300)
+    assert abs((waiting.estimated_start - big_end).total_seconds()) <= 90
+
+
+def test_job_over_the_teams_slurm_limit_waits_with_the_quota_sentence(slurm):
+    admin = PlatformAdminFactory()
+    quota_set(team=slurm.team, gpu_model=slurm.model, guaranteed=1, limit=2, actor=admin)
+    first = submit(slurm, ["/bin/sleep", "300"], gpus=2, runtime=300)
+    poll_until(first, JobStatus.RUNNING)
+    second = submit(slurm, ["/bin/true"], gpus=1)
+
+    def limited():
+        services.jobs_poll()
+        second.refresh_from_db()
+        return second.pending_reason == "AssocGrpGRES"
+
+    wait_for(limited, what="the AssocGrpGRES reason")
+    assert "at its GPU limit" in second.pending_message
+
+
+def test_submit_that_slurm_refuses_is_rolled_back_with_slurms_reason(slurm):
+    # A team the cluster has no account for: sbatch refuses, nothing is saved.
+    stranger = TeamFactory(slug="no-slurm-account")
+    user = MembershipFactory(team=stranger).user
+    before = Job.objects.count()
+    with pytest.raises(services.SlurmRefused) as refused, transaction.atomic():
+        submit(slurm, ["/bin/true"], team=stranger, user=user)
+    assert refused.value.code == "slurm_refused"
+    assert "account" in refused.value.message.lower()
+    assert Job.objects.count() == before
+    assert not SlurmJob.objects.exists()
+
+
+def test_poll_is_bounded_and_running_it_twice_changes_nothing(slurm):
+    jobs = [submit(slurm, ["/bin/sleep", "300"], runtime=300) for _ in range(2)]
+    for job in jobs:
+        poll_until(job, JobStatus.RUNNING)
+    assert services.jobs_poll(batch=1)["polled"] == 1
+    allocations = sorted(jobs[0].allocations.values_list("gpu_id", "start"))
+    services.jobs_poll()
+    services.jobs_poll()
+    assert sorted(jobs[0].allocations.values_list("gpu_id", "start")) == allocations
+    # The two jobs hold different GPUs, as Slurm assigned them.
+    held = [set(j.allocations.values_list("gpu__index", flat=True)) for j in jobs]
+    assert len(held[0]) == len(held[1]) == 1 and not held[0] & held[1]
+
+
+def test_slurm_job_ids_are_unique_per_cluster(slurm):
+    job = submit(slurm, ["/bin/true"])
+    with pytest.raises(IntegrityError), transaction.atomic():
+        SlurmJob.objects.create(cluster="portaltest", slurm_job_id=job.slurm.slurm_job_id)
