@@ -1,4 +1,5 @@
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
 
 import factory
 
@@ -88,3 +89,83 @@ def make_node_with_gpus(hostname: str, count: int, model_name: str = "H100-SXM-8
     for index in range(count):
         GpuFactory(node=node, index=index, model=model, uuid=f"GPU-{hostname}-{index}")
     return node
+
+
+# --- bookings, jobs, prices, budgets -----------------------------------------------------------
+
+
+class ReservationFactory(factory.django.DjangoModelFactory):
+    """A booking row written straight to the database (no quota or availability checks): the
+    data of a scenario. Tests of the booking rules go through the services instead."""
+
+    class Meta:
+        model = "reservations.Reservation"
+
+    team = factory.SubFactory(TeamFactory)
+    created_by = factory.SubFactory(UserFactory)
+    gpu_model = factory.LazyFunction(lambda: GpuModel.objects.first())
+    count = 1
+    start = datetime(2026, 11, 2, 9, tzinfo=UTC)
+    end = factory.LazyAttribute(lambda o: o.start + timedelta(hours=2))
+    status = "active"
+
+
+def make_booking(team, user, gpus: list[Gpu], start, end, **fields):
+    """A booking of `team` holding exactly `gpus` over [start, end)."""
+    from apps.reservations.models import ReservationGpu
+
+    reservation = ReservationFactory(
+        team=team,
+        created_by=user,
+        gpu_model=gpus[0].model,
+        count=len(gpus),
+        start=start,
+        end=end,
+        **fields,
+    )
+    ReservationGpu.objects.bulk_create(
+        ReservationGpu(reservation=reservation, gpu=gpu, start=start, end=end) for gpu in gpus
+    )
+    return reservation
+
+
+class JobFactory(factory.django.DjangoModelFactory):
+    """A job row as the submit service would leave it (queued), without its checks."""
+
+    class Meta:
+        model = "jobs.Job"
+
+    team = factory.SubFactory(TeamFactory)
+    submitted_by = factory.SubFactory(UserFactory)
+    argv = factory.LazyFunction(lambda: ["python", "train.py"])
+    gpu_model = factory.LazyFunction(lambda: GpuModel.objects.first())
+    gpu_count = 1
+    max_runtime_seconds = 3600
+
+
+class RateCardFactory(factory.django.DjangoModelFactory):
+    """A price for a GPU model from the start of the year, open-ended."""
+
+    class Meta:
+        model = "billing.RateCard"
+
+    gpu_model = factory.SubFactory(GpuModelFactory)
+    price_per_gpu_hour = Decimal("2.50")
+    effective_from = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+class BudgetFactory(factory.django.DjangoModelFactory):
+    """A team's budget for one month (the period row is created if missing)."""
+
+    class Meta:
+        model = "billing.Budget"
+
+    team = factory.SubFactory(TeamFactory)
+    period = factory.LazyFunction(lambda: _billing_period(date(2026, 11, 1)))
+    amount = Decimal("1000")
+
+
+def _billing_period(month: date):
+    from apps.billing.models import BillingPeriod
+
+    return BillingPeriod.objects.get_or_create(month=month)[0]

@@ -11,27 +11,17 @@ from apps.billing.metering import meter_interval
 from apps.billing.models import LedgerEntry
 from apps.fleet.models import Gpu
 from apps.reservations.choices import ReservationStatus
-from apps.reservations.models import Reservation, ReservationGpu
 from apps.telemetry.models import GpuHourRollup
 from tests.billing.conftest import AFTER_NOV, DEC, NOV
+from tests.factories import make_booking
 
 pytestmark = pytest.mark.django_db
 
 
 def book(team, user, gpus, start, end, *, over_quota=False):
-    reservation = Reservation.objects.create(
-        team=team,
-        created_by=user,
-        gpu_model=gpus[0].model,
-        count=len(gpus),
-        start=start,
-        end=end,
-        status=ReservationStatus.COMPLETED,
-        over_quota=over_quota,
+    return make_booking(
+        team, user, gpus, start, end, status=ReservationStatus.COMPLETED, over_quota=over_quota
     )
-    for gpu in gpus:
-        ReservationGpu.objects.create(reservation=reservation, gpu=gpu, start=start, end=end)
-    return reservation
 
 
 def total(**filters) -> Decimal:

@@ -5,9 +5,9 @@ from django.utils import timezone
 
 from apps.fleet.models import Gpu
 from apps.reservations.choices import ReservationStatus
-from apps.reservations.models import Reservation, ReservationGpu
 from apps.telemetry.choices import IdleKind
 from apps.telemetry.models import GpuHourRollup, GpuMinuteRollup, IdleInterval
+from tests.factories import make_booking
 
 
 def rollup(model, gpu, bucket, team=None, util=50.0, busy_seconds=None):
@@ -24,18 +24,7 @@ def rollup(model, gpu, bucket, team=None, util=50.0, busy_seconds=None):
 
 
 def book(team, user, gpus, start, end, status=ReservationStatus.ACTIVE):
-    reservation = Reservation.objects.create(
-        team=team,
-        created_by=user,
-        gpu_model=gpus[0].model,
-        count=len(gpus),
-        start=start,
-        end=end,
-        status=status,
-    )
-    for gpu in gpus:
-        ReservationGpu.objects.create(reservation=reservation, gpu=gpu, start=start, end=end)
-    return reservation
+    return make_booking(team, user, gpus, start, end, status=status)
 
 
 @pytest.fixture
