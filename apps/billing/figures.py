@@ -5,7 +5,6 @@ from decimal import Decimal
 
 import plotly.graph_objects as go
 from django.conf import settings
-from plotly.subplots import make_subplots
 
 from apps.billing import exports, selectors
 from apps.billing.choices import BUDGET_THRESHOLDS, PLATFORM_COST_CENTER
@@ -84,20 +83,25 @@ def _burn_down(period, teams, now) -> dict:
     zero, so they get their own panel and axis."""
     start, end = month_bounds(period.month)
     last_day = (end - timedelta(days=1)).date().isoformat()
-    figure = make_subplots(
-        rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08, row_heights=[0.6, 0.4]
-    )
-    money_axis = {"title": {"text": f"Cumulative cost ({settings.BILLING_CURRENCY})"}}
-    figure.update_layout(
-        **{**LAYOUT, "margin": {**LAYOUT["margin"], "r": 60}},
-        height=520,
-        hovermode="x unified",
-        yaxis={**money_axis, "rangemode": "tozero", "tickformat": ",.0f"},
-        yaxis2={"title": {"text": "Budget used (%)"}, "rangemode": "tozero", "ticksuffix": " %"},
-        # Whole UTC days, not moments: dashboards.js leaves them (and this title) as they are.
-        xaxis2={"title": {"text": "Day, UTC"}, "type": "date"},
-    )
-    figure.update_xaxes(type="date", range=[start.date().isoformat(), last_day])
+    days = [start.date().isoformat(), last_day]
+    # Two panels sharing the day axis, laid out by hand (make_subplots costs ~0.1 s a page).
+    figure = go.Figure(
+        layout={
+            **LAYOUT,
+            "margin": {**LAYOUT["margin"], "r": 60},
+            "height": 520,
+            "hovermode": "x unified",
+            "xaxis": {"type": "date", "range": days, "anchor": "y", "matches": "x2",
+                      "showticklabels": False},
+            "yaxis": {"title": {"text": f"Cumulative cost ({settings.BILLING_CURRENCY})"},
+                      "domain": [0.42, 1], "rangemode": "tozero", "tickformat": ",.0f"},
+            # Whole UTC days, not moments: dashboards.js leaves them (and this title) as they are.
+            "xaxis2": {"type": "date", "range": days, "anchor": "y2",
+                       "title": {"text": "Day, UTC"}},
+            "yaxis2": {"title": {"text": "Budget used (%)"}, "domain": [0, 0.34], "anchor": "x2",
+                       "rangemode": "tozero", "ticksuffix": " %"},
+        }
+    )  # fmt: skip
     with_budget = False
     for index, team in enumerate(teams[: len(PALETTE)]):
         colour = PALETTE[index]
@@ -123,7 +127,7 @@ def _burn_down(period, teams, now) -> dict:
         for name, x, y, line in lines:
             figure.add_scatter(
                 x=x, y=[float(v) for v in y], mode="lines+markers" if "spent" in name else "lines",
-                name=name, line=line, legendgroup=team.slug, row=1, col=1,
+                name=name, line=line, legendgroup=team.slug,
                 hovertemplate=f"%{{y:,.2f}} {settings.BILLING_CURRENCY}",
             )  # fmt: skip
             if budget:
@@ -131,18 +135,20 @@ def _burn_down(period, teams, now) -> dict:
                 figure.add_scatter(
                     x=x, y=[float(v / budget * 100) for v in y], mode="lines",
                     name=f"{name}, % of budget", line=line, legendgroup=team.slug,
-                    showlegend=False, row=2, col=1,
+                    showlegend=False, xaxis="x2", yaxis="y2",
                     hovertemplate="%{y:.1f} % of " + f"{budget:,.2f} {settings.BILLING_CURRENCY}",
                 )  # fmt: skip
-    if not with_budget:
+    if with_budget:
+        for level in BUDGET_THRESHOLDS:
+            figure.add_shape(
+                type="line", xref="x2 domain", x0=0, x1=1, yref="y2", y0=level, y1=level,
+                line={"color": GREY, "width": 1, "dash": "dash"},
+                label={"text": f"{level} %", "textposition": "end", "font": {"size": 11}},
+            )  # fmt: skip
+    else:
         figure.add_annotation(
             text="No budget set for this month", xref="x2 domain", yref="y2 domain",
             x=0.5, y=0.5, showarrow=False,
-        )  # fmt: skip
-    for level in BUDGET_THRESHOLDS if with_budget else ():
-        figure.add_hline(
-            y=level, row=2, col=1, line={"color": GREY, "width": 1, "dash": "dash"},
-            annotation_text=f"{level} %", annotation_position="right",
         )  # fmt: skip
     return _figure_json(figure)
 

@@ -26,7 +26,7 @@ def test_finance_downloads_exports_that_sum_to_the_page_total(login_as, last_mon
     page.goto(f"/billing/cost/?period={last_month}")
     total = page.get_by_test_id("cost-total")
     expect(total).to_contain_text("USD")
-    page_total = Decimal(total.inner_text().split()[0])
+    page_total = Decimal(total.inner_text().split()[0].replace(",", ""))  # "28,543.00 USD"
     assert page_total > 0
     expect(page.locator("[data-figure='cost-by-month'] .main-svg").first).to_be_visible()
 
