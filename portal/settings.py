@@ -85,6 +85,7 @@ INSTALLED_APPS = [
     "apps.jobs",
     "apps.billing",
     "apps.dashboards",
+    "apps.sso",
 ]
 
 MIDDLEWARE = [
@@ -117,6 +118,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "apps.teams.context_processors.roles",
+                "apps.sso.context_processors.login_options",
             ],
             # One rule for times, durations, counts and money on every page (no {% load %}).
             "builtins": ["portal.formatting"],
@@ -173,6 +175,46 @@ else:
 # Failed API token attempts per client address (e.g. 20/min); over it every token is refused
 # with 429 until the window passes.
 API_TOKEN_FAILURE_THROTTLE = env.str("API_TOKEN_FAILURE_THROTTLE", default="20/min")
+# Longest lifetime a user may give an API token, in days.
+API_TOKEN_MAX_DAYS = env.int("API_TOKEN_MAX_DAYS", default=365)
+# Transition: keys still in rest_framework.authtoken's table (the old single token, created by
+# `manage.py drf_create_token`) are accepted as read-write; 0 refuses them. Migration
+# teams.0005 moves existing ones to hashed named tokens, keeping their keys.
+API_LEGACY_TOKENS = env.bool("API_LEGACY_TOKENS", default=True)
+
+# --- Single sign-on: OpenID Connect (apps/sso, mozilla-django-oidc) -------------------------
+# Off unless OIDC_ISSUER is set; the endpoints come from the issuer's discovery document.
+# Users are created or updated from the ID token's claims at each sign-in; their teams and
+# roles follow their IdP groups through the group mappings on the admin site.
+OIDC_ISSUER = env.str("OIDC_ISSUER", default="").rstrip("/")
+SSO_ENABLED = bool(OIDC_ISSUER)
+OIDC_RP_CLIENT_ID = env.str("OIDC_CLIENT_ID", default="")
+OIDC_RP_CLIENT_SECRET = env.str("OIDC_CLIENT_SECRET", default="")
+OIDC_RP_SCOPES = env.str("OIDC_SCOPES", default="openid email profile")
+OIDC_RP_SIGN_ALGO = env.str("OIDC_SIGN_ALGORITHM", default="RS256")
+OIDC_CLAIM_USERNAME = env.str("OIDC_CLAIM_USERNAME", default="preferred_username")
+OIDC_CLAIM_EMAIL = env.str("OIDC_CLAIM_EMAIL", default="email")
+OIDC_CLAIM_GROUPS = env.str("OIDC_CLAIM_GROUPS", default="groups")
+OIDC_CLAIM_FIRST_NAME = env.str("OIDC_CLAIM_FIRST_NAME", default="given_name")
+OIDC_CLAIM_LAST_NAME = env.str("OIDC_CLAIM_LAST_NAME", default="family_name")
+OIDC_TIMEOUT = env.float("OIDC_TIMEOUT_SECONDS", default=10.0)
+# Clock difference tolerated between the portal and the IdP when checking exp/iat.
+OIDC_CLOCK_SKEW_SECONDS = env.int("OIDC_CLOCK_SKEW_SECONDS", default=60)
+OIDC_USE_PKCE = True
+OIDC_USE_NONCE = True
+# Kept in the session for the IdP's logout (id_token_hint).
+OIDC_STORE_ID_TOKEN = True
+OIDC_AUTHENTICATION_CALLBACK_URL = "sso:callback"
+# PASSWORD_LOGIN=0 leaves sign-in to the IdP only (the demo and local admins need it on).
+PASSWORD_LOGIN_ENABLED = env.bool("PASSWORD_LOGIN", default=True)
+if SSO_ENABLED:
+    if not OIDC_RP_CLIENT_ID:
+        raise ImproperlyConfigured("OIDC_CLIENT_ID must be set when OIDC_ISSUER is.")
+    AUTHENTICATION_BACKENDS.append("apps.sso.backends.PortalOIDCBackend")
+if not PASSWORD_LOGIN_ENABLED:
+    if not SSO_ENABLED:
+        raise ImproperlyConfigured("PASSWORD_LOGIN=0 needs OIDC_ISSUER: nobody could sign in.")
+    AUTHENTICATION_BACKENDS.remove("django.contrib.auth.backends.ModelBackend")
 
 # --- Cache ----------------------------------------------------------------------------------
 # Throttles and login lockouts count in the cache, so every web process must share it: Redis
@@ -207,6 +249,11 @@ CONTENT_SECURITY_POLICY = {
         "frame-ancestors": ["'none'"],
     }
 }
+
+if SSO_ENABLED:
+    # Logging out posts to the portal, which redirects to the IdP's logout page; browsers apply
+    # form-action to that redirect too.
+    CONTENT_SECURITY_POLICY["DIRECTIVES"]["form-action"].append(OIDC_ISSUER)
 
 # --- Who may read /metrics and the API schema and docs --------------------------------------
 # Both need a login (or an API token) unless opened here. Prometheus scrapes /metrics with
@@ -246,7 +293,7 @@ DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="gpu-portal@localhost
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         # Token first: its WWW-Authenticate header makes anonymous API calls 401, not 403.
-        "portal.authentication.ThrottledTokenAuthentication",
+        "apps.teams.authentication.ApiTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],

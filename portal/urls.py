@@ -11,6 +11,7 @@ from apps.reservations.api import (
     ReservationViewSet,
 )
 from apps.reservations.views import quota_admin_view
+from apps.sso.views import PortalLogoutView
 from apps.teams.api import QuotaViewSet, TeamViewSet
 from apps.teams.views import home_view
 from apps.telemetry.api import GpuTelemetryView, IdleView
@@ -27,7 +28,8 @@ router.register("reservations", ReservationViewSet, basename="reservation")
 urlpatterns = [
     path("", home_view, name="home"),
     path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
-    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("logout/", PortalLogoutView.as_view(), name="logout"),
+    path("sso/", include("apps.sso.urls")),
     path("teams/", include("apps.teams.urls")),
     path("fleet/", include("apps.fleet.urls")),
     path("reservations/", include("apps.reservations.urls")),

@@ -12,3 +12,8 @@ class GlobalRole(models.TextChoices):
 class TeamRole(models.TextChoices):
     MEMBER = "member", "Member"
     TEAM_ADMIN = "team_admin", "Team admin"
+
+
+class ApiTokenScope(models.TextChoices):
+    READ_ONLY = "read", "Read only"
+    READ_WRITE = "write", "Read and write"

@@ -1,8 +1,9 @@
 from django.contrib.auth.models import AbstractUser
 from django.core.validators import RegexValidator
 from django.db import models
+from django.utils import timezone
 
-from apps.teams.choices import GlobalRole, TeamRole
+from apps.teams.choices import ApiTokenScope, GlobalRole, TeamRole
 
 
 class User(AbstractUser):
@@ -143,3 +144,50 @@ class Quota(models.Model):
 
     def __str__(self) -> str:
         return f"{self.team.slug}/{self.gpu_model or 'any model'}"
+
+
+class ApiToken(models.Model):
+    """A named API key of one user. Only a SHA-256 digest of the key is stored: the key itself
+    is shown once, when it is created (see apps/teams/tokens.py)."""
+
+    user = models.ForeignKey(User, on_delete=models.CASCADE, related_name="api_tokens")
+    name = models.CharField(max_length=100)
+    scope = models.CharField(
+        max_length=8, choices=ApiTokenScope.choices, default=ApiTokenScope.READ_ONLY
+    )
+    key_hash = models.CharField(max_length=64, unique=True)
+    # The key's first characters, so its owner can tell which script uses which token.
+    prefix = models.CharField(max_length=16)
+    created_at = models.DateTimeField(auto_now_add=True)
+    # Empty only for keys migrated from the single unnamed token of earlier versions.
+    expires_at = models.DateTimeField(null=True, blank=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["user", "name"],
+                condition=models.Q(revoked_at__isnull=True),
+                name="api_token_unique_active_name",
+                violation_error_message="You already have a token with this name.",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} / {self.name}"
+
+    def is_expired(self, now) -> bool:
+        return self.expires_at is not None and self.expires_at <= now
+
+    @property
+    def state(self) -> str:
+        """revoked, expired or active (now)."""
+        if self.revoked_at is not None:
+            return "revoked"
+        return "expired" if self.is_expired(timezone.now()) else "active"
+
+    @property
+    def is_read_only(self) -> bool:
+        return self.scope == ApiTokenScope.READ_ONLY

@@ -1,11 +1,12 @@
 from django.urls import path
 
-from apps.teams import views
+from apps.teams import token_views, views
 
 app_name = "teams"
 urlpatterns = [
     path("", views.team_list_view, name="team-list"),
-    path("token/", views.api_token_view, name="api-token"),
+    path("token/", token_views.api_token_list_view, name="api-token"),
+    path("token/<int:pk>/revoke/", token_views.api_token_revoke_view, name="api-token-revoke"),
     path("<slug:slug>/", views.team_detail_view, name="team-detail"),
     path(
         "<slug:slug>/members/<str:username>/role/",

@@ -2,7 +2,6 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
-from rest_framework.authtoken.models import Token
 
 from apps.dashboards.selectors import home_summary
 from apps.fleet.selectors import fleet_summary
@@ -100,22 +99,3 @@ def membership_role_view(request, slug: str, username: str):
     else:
         messages.success(request, f"{username} is now {membership.get_role_display().lower()}.")
     return redirect("teams:team-detail", slug=team.slug)
-
-
-@login_required
-def api_token_view(request):
-    """Show the user's API token; POST creates or rotates it."""
-    token = Token.objects.filter(user=request.user).first()
-    if request.method == "POST":
-        rotated = token is not None
-        if rotated:
-            token.delete()
-        token = Token.objects.create(user=request.user)
-        messages.success(
-            request,
-            "A new API token was created; the old one no longer works."
-            if rotated
-            else "Your API token was created.",
-        )
-        return redirect("teams:api-token")
-    return render(request, "teams/api_token.html", {"token": token})
