@@ -114,7 +114,7 @@ def _team_order():
 
 
 def _lines_queryset(scope: ExportScope):
-    entries = LedgerEntry.objects.filter(period=scope.period)
+    entries = LedgerEntry.objects.filter(period_id=scope.period.pk)
     if scope.team_id is not None:
         entries = entries.filter(team_id=scope.team_id)
     order = [*_team_order(), "day", F("gpu_model__name").asc(nulls_first=True)]
@@ -141,7 +141,7 @@ def _carried_before(scope: ExportScope) -> Decimal:
     if scope.team_id is None:
         return Decimal(0)
     totals = (
-        LedgerEntry.objects.filter(period=scope.period)
+        LedgerEntry.objects.filter(period_id=scope.period.pk)
         .values("team_id", "team__slug")
         .annotate(total=ExactSum("cost"))
         .order_by(*_team_order())
@@ -167,7 +167,7 @@ def team_totals(period: BillingPeriod) -> list[dict]:
     """Per team (platform last): GPU-hours, busy/idle hours, over-quota and rounded cost, with
     the same rounding as the exports (their lines sum to these)."""
     rows = (
-        LedgerEntry.objects.filter(period=period)
+        LedgerEntry.objects.filter(period_id=period.pk)
         .values("team_id", "team__slug", "team__name")
         .annotate(
             sum_gpu_seconds=Sum("gpu_seconds"),
@@ -200,6 +200,7 @@ def _round_line(rounder: RunningRounder, row: dict) -> None:
         "over_quota_cost": row["over_quota_cost"],
         "energy_cost": row["sum_energy_cost"],
     }
+    row.update({f"exact_{name}": part or Decimal(0) for name, part in parts.items()})
     row["cost"] = rounder.take(row["exact_cost"], parts)
     row.update(parts)
 

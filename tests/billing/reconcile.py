@@ -74,8 +74,9 @@ def drift(period) -> dict[str, dict[str, str]]:
 
 
 def component_violations(period) -> list[str]:
-    """Lines (page rows and export lines of both levels) with a component below zero or above
-    the line's cost."""
+    """Lines (page rows and export lines of both levels) where rounding put a component below
+    zero or above the line's cost. (A team's row on the page can have a held-idle cost above
+    its total when a credit lowers the total; rounding must not add to that.)"""
     from apps.billing import exports
 
     lines = [("page", row) for row in exports.team_totals(period)]
@@ -86,7 +87,9 @@ def component_violations(period) -> list[str]:
     bad = []
     for where, row in lines:
         for name in exports.COMPONENTS:
-            if not Decimal(0) <= row[name] <= max(row["cost"], Decimal(0)):
+            exact = row[f"exact_{name}"]
+            fits = exact <= row["exact_cost"]
+            if row[name] < 0 or (fits and row[name] > max(row["cost"], Decimal(0))):
                 bad.append(f"{where} {row['sub_account']} {name} {row[name]} > {row['cost']}")
     return bad
 
