@@ -174,9 +174,8 @@ def test_preemption_stops_the_victims_losing_least_gpu_time_and_starts_the_job_o
         running(11, "nlp", [4, 5], started=NOW - 3600),  # 2 GPU-hours
         running(12, "nlp", [6, 7], started=NOW - 2000),  # 1.1 GPU-hours
     ]
-    state = ClusterState(
-        NOW, gpus, [job(1, count=4), job(2, "nlp", count=1)], run, quotas=quotas(g=4, limit=8)
-    )
+    waiting = [job(1, count=4, runtime=7200), job(2, "nlp", count=1)]
+    state = ClusterState(NOW, gpus, waiting, run, quotas=quotas(g=4, limit=8))
     d = schedule(state)
     assert sorted((p.job_id, p.for_job_id) for p in d.preemptions) == [(11, 1), (12, 1)]
     lost = {p.job_id: p.gpu_seconds_lost for p in d.preemptions}
@@ -188,7 +187,8 @@ def test_preemption_stops_the_victims_losing_least_gpu_time_and_starts_the_job_o
 
 def test_young_jobs_are_not_preempted_before_the_minimum_runtime():
     run = [running(10, "nlp", range(8), started=NOW - 600)]
-    state = ClusterState(NOW, fleet(1, 8), [job(1, count=2)], run, quotas=quotas(g=4, limit=8))
+    waiting = [job(1, count=2, runtime=7200)]
+    state = ClusterState(NOW, fleet(1, 8), waiting, run, quotas=quotas(g=4, limit=8))
     assert schedule(state).preemptions == []
     cfg = SchedulerConfig(preempt_min_runtime_seconds=300)
     assert [p.job_id for p in schedule(state, "fairshare", cfg).preemptions] == [10]
@@ -259,7 +259,7 @@ def test_no_preemption_above_guarantee_or_in_baselines():
     q = [TeamQuota("vision", H100, 2, 8), TeamQuota("nlp", H100, 2, 8)]
     big = ClusterState(NOW, fleet(1, 8), [job(1, count=4)], run, quotas=q)
     assert schedule(big).preemptions == []  # it would run over its guarantee: never preempt
-    small = ClusterState(NOW, fleet(1, 8), [job(1, count=2, runtime=40000)], run, quotas=q)
+    small = ClusterState(NOW, fleet(1, 8), [job(1, count=2, runtime=80000)], run, quotas=q)
     assert len(schedule(small).preemptions) == 1
     assert schedule(small, "fifo").preemptions == []
     no = SchedulerConfig(preemption_enabled=False)
@@ -441,7 +441,7 @@ def test_guarantee_met_when_team_has_demand(g_vision, g_nlp, extra):
     used_by_nlp = 8
     run = [running(100 + i, "nlp", [i], started=NOW - 1800 - i) for i in range(used_by_nlp)]
     qs = [TeamQuota("vision", H100, g_vision, 8), TeamQuota("nlp", H100, g_nlp, 8)]
-    queued = [job(k, "vision", 1) for k in range(g_vision + extra)]
+    queued = [job(k, "vision", 1, runtime=7200) for k in range(g_vision + extra)]
     d = schedule(ClusterState(NOW, gpus, queued, run, quotas=qs))
     waiting = [p for p in d.pending if p.reason == PendingReason.WAITING_FOR_PREEMPTION]
     freed = sum(1 for _ in d.preemptions)

@@ -87,7 +87,7 @@ class SchedulerConfig:
     max_preemptions_per_job: int = 2
     # Never throw away more GPU-time than this times what the waiting job asked for
     # (GPUs x max runtime): a notebook does not stop a day-old 64-GPU training run.
-    preempt_max_lost_ratio: float = 1.0
+    preempt_max_lost_ratio: float = 0.5
     # Time a preempted job gets to stop (SIGTERM -> SIGKILL); used for estimates only.
     grace_seconds: float = 30.0
     # Teams without a quota row for a model may use it up to this many GPUs, with no guarantee.
