@@ -31,6 +31,7 @@ from apps.reservations.choices import OPEN_STATUSES as RESERVATION_OPEN_STATUSES
 from apps.reservations.models import Reservation
 from apps.teams.models import Membership, Team
 from apps.teams.permissions import is_platform_admin
+from portal import hooks
 from portal.exceptions import ConflictError, PolicyRefusal
 from portal.formatting import format_count
 
@@ -162,8 +163,8 @@ def job_submit(
     same_node: bool = True,
     priority_class: str = JobPriorityClass.OVER_QUOTA,
     reservation: Reservation | None = None,
-) -> Job:
     checkpointable: bool = False,
+) -> Job:
     """Queue a job for the team. Members of the team may submit. Refuses (400, per field) an
     empty or string argv, bad env names, more GPUs than one node has (same_node) or than the
     fleet has, a runtime above JOBS_MAX_RUNTIME_SECONDS, and a reservation of another team or
@@ -215,9 +216,11 @@ def job_submit(
             max_runtime_seconds=max_runtime_seconds,
             priority_class=priority_class,
             reservation=reservation,
-            pending_message="Waiting for the next scheduling cycle.",
             checkpointable=bool(checkpointable),
+            pending_message="Waiting for the next scheduling cycle.",
         )
+        # An execution backend (Slurm) may take the job here; its refusal undoes the submit.
+        hooks.emit("job.submitted", job=job)
         trigger_schedule()
     return job
 
@@ -250,6 +253,7 @@ def job_cancel(*, job: Job, actor, reason: str = "", audit: bool = False) -> Job
         close_allocations(job, now=now)
         if hostnames:
             _kill_on_commit(job, hostnames, settings.JOBS_KILL_GRACE_SECONDS)
+        hooks.emit("job.cancelled", job=job, actor=actor)
         if audit or not member:
             audit_record(
                 actor=actor,
@@ -344,10 +348,6 @@ def job_report(*, report: dict, now: datetime | None = None) -> str:
 # --- requeue and preemption ------------------------------------------------------------------
 
 
-def _requeue(job: Job, *, now: datetime, reason: str, counted: bool = True) -> None:
-    """Put a stopped attempt back in the queue, or fail it after JOBS_MAX_REQUEUES requeues
-    (counted ones: lost nodes). The attempt number always advances, so reports of the old
-    attempt are ignored."""
 def _secondary_rank_report(job: Job, report: dict, event: str, *, now: datetime) -> str:
     """A node other than rank 0 reports. Its "finished" with a failure (non-zero exit, or no
     exit code: it could not launch or was killed) while the job is active breaks the gang:
@@ -379,6 +379,10 @@ def _gang_broken(job: Job, *, now: datetime, reason: str) -> str:
     return job.status
 
 
+def _requeue(job: Job, *, now: datetime, reason: str, counted: bool = True) -> None:
+    """Put a stopped attempt back in the queue, or fail it after JOBS_MAX_REQUEUES requeues
+    (counted ones: lost nodes). The attempt number always advances, so reports of the old
+    attempt are ignored."""
     close_allocations(job, now=now)
     if counted and job.requeue_count >= settings.JOBS_MAX_REQUEUES:
         job.status = JobStatus.FAILED
@@ -412,15 +416,15 @@ def jobs_requeue_for_node(*, node: Node, now: datetime | None = None) -> list[in
         )
         for job in jobs:
             others = [h for h in _job_hostnames(job) if h != node.hostname]
-            if others:
-                _kill_on_commit(job, others, settings.JOBS_KILL_GRACE_SECONDS)
-            _requeue(job, now=now, reason=f"node {node.hostname} unreachable")
-            done.append(job.pk)
             if others and job.status in ACTIVE_STATUSES:
                 # A gang that lost a node: the whole job stops, requeued once.
                 _gang_broken(job, now=now, reason=f"node {node.hostname} unreachable")
                 done.append(job.pk)
                 continue
+            if others:
+                _kill_on_commit(job, others, settings.JOBS_KILL_GRACE_SECONDS)
+            _requeue(job, now=now, reason=f"node {node.hostname} unreachable")
+            done.append(job.pk)
         # The lost node cannot confirm anything; its GPUs are out of the pool until it reports
         # again, and a kill queued for it is delivered first when it does.
         JobAllocation.objects.filter(
@@ -475,24 +479,24 @@ def job_preempt(
     (the scheduler protects a job preempted JOBS_MAX_PREEMPTIONS_PER_JOB times) and, unless
     the job is checkpointable, the GPU-seconds its attempt loses. Forced by an admin: audited."""
     grace = settings.JOBS_KILL_GRACE_SECONDS if grace_seconds is None else grace_seconds
+    now = timezone.now()
     with transaction.atomic():
         job = Job.objects.select_for_update().get(pk=job.pk)
         if job.status not in ACTIVE_STATUSES:
             raise ConflictError(f"The job is {job.status}, not running.", code="job_not_running")
-    now = timezone.now()
         before = {"status": job.status}
         job.status = JobStatus.PREEMPTED
         job.finished_at = None
-        job.pending_message = (
-            f"Preempted for job #{for_job_id}; it is requeued once stopped."
-            if for_job_id
-            else "Preempted; it is requeued once stopped."
         job.preemption_count += 1
         if not job.checkpointable:
             # The attempt's work is thrown away; a checkpointable job resumes from its own save.
             since = job.started_at or job.dispatched_at or now
             gpus = JobAllocation.objects.filter(job=job, end__isnull=True).count()
             job.gpu_seconds_lost += gpus * max(0.0, (now - since).total_seconds())
+        job.pending_message = (
+            f"Preempted for job #{for_job_id}; it is requeued once stopped."
+            if for_job_id
+            else "Preempted; it is requeued once stopped."
         )
         job.save()
         _kill_on_commit(job, _job_hostnames(job), grace)
