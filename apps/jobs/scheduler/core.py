@@ -445,8 +445,12 @@ class Engine:
         pool = self.pool
         if not shapes or (fitting and pool.free_count == 0 and pool.booked_count == 0):
             return None
-        caps = {m: self._cap(team, m, mode, None) for m in pool.models}
-        if max(caps.values(), default=0) <= 0:
+        caps = {}
+        positive = False
+        for m in pool.models:
+            cap = caps[m] = self._cap(team, m, mode, None)
+            positive = positive or cap > 0
+        if not positive:
             return None
         room: dict[tuple[str, bool], int] = {}  # (model, same node) -> largest gang that fits
         skip = PriorityClass.PREEMPTIBLE if mode == _GUARANTEE else None
@@ -678,6 +682,8 @@ class Engine:
             best = None
             need: dict[str, list] = {}
             for r in self.eligible:
+                if lost[r.job_id] > budget:
+                    break  # sorted by loss: every later victim alone is over the budget
                 if r.model != model or r.team == job.team:
                     continue
                 for node, n in self.spread[r.job_id].items():
