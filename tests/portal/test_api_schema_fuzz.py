@@ -346,8 +346,12 @@ def test_anonymous_is_refused_everywhere(case, seeded):
     _steer(case, seeded)
     response = _call_in_savepoint(case)
     case.validate_response(response, checks=[not_a_server_error])
+    # A NUL byte in the query is refused before anything else (portal.request_limits), for
+    # every caller alike: 400, which tells an anonymous caller nothing about the data.
+    refused_early = {"\x00" in f"{name}{value}" for name, value in (case.query or {}).items()}
+    allowed = (400, 401, 403) if True in refused_early else (401, 403)
     if _reaches_operation(response):
-        assert response.status_code in (401, 403), (
+        assert response.status_code in allowed, (
             f"{case.operation.label} answered an anonymous caller {response.status_code}: "
             f"{response.text[:500]}"
         )
