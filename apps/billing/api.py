@@ -22,7 +22,7 @@ from apps.billing.models import (
     LedgerEntry,
     RateCard,
 )
-from apps.billing.periods import month_start, parse_period
+from apps.billing.periods import parse_period
 from apps.billing.services import is_billing_admin
 from apps.fleet.models import GpuModel
 from apps.teams.models import Team
@@ -261,11 +261,8 @@ def _period_from(request) -> BillingPeriod:
     now = timezone.now()
     text = request.query_params.get("period") or f"{now:%Y-%m}"
     month = parse_period(text, now=now)
-    return (
-        services.period_get_or_create(month)
-        if month == month_start(now)
-        else (selectors.period_for_month(month) or BillingPeriod(month=month))
-    )
+    # A read never creates the period: a month without its row is an empty open draft.
+    return selectors.period_for_month(month) or BillingPeriod(month=month)
 
 
 class UsageView(APIView):
@@ -357,8 +354,6 @@ class ChargebackView(APIView):
         team_id = None
         if request.query_params.get("team"):
             team_id = get_object_or_404(Team, slug=request.query_params["team"]).pk
-        if period.pk is None:
-            period.save()
         scope = exports.ExportScope(period=period, team_id=team_id, level=level)
         return export_response(scope, fmt)
 

@@ -154,7 +154,7 @@ def _burn_down(period, teams, now) -> dict:
 
 
 def _by_model(period, team_ids, include_platform) -> dict:
-    entries = _scoped(LedgerEntry.objects.filter(period=period), team_ids, include_platform)
+    entries = _scoped(LedgerEntry.objects.filter(period_id=period.pk), team_ids, include_platform)
     rows = (
         entries.exclude(gpu_model__isnull=True)
         .values("gpu_model__name")

@@ -36,7 +36,9 @@ def period_for_month(month) -> BillingPeriod | None:
 
 
 def ledger_for_period(period: BillingPeriod) -> QuerySet[LedgerEntry]:
-    return LedgerEntry.objects.filter(period=period)
+    """The period's entries; none for a month whose period row does not exist yet (reads never
+    create it)."""
+    return LedgerEntry.objects.filter(period_id=period.pk)
 
 
 def team_spend(*, team, period: BillingPeriod | None) -> Decimal:
@@ -61,7 +63,7 @@ def usage_totals(period: BillingPeriod) -> dict:
 def budget_for(*, team, period: BillingPeriod | None) -> Budget | None:
     if period is None:
         return None
-    return Budget.objects.filter(team=team, period=period).first()
+    return Budget.objects.filter(team=team, period_id=period.pk).first()
 
 
 def budget_alerts_for_teams(team_ids) -> QuerySet[BudgetAlert]:

@@ -28,7 +28,8 @@ def _chosen_period(request) -> tuple[BillingPeriod, str | None]:
         error = None
     except ApplicationError as refusal:
         month, error = month_start(now), refusal.message
-    return services.period_get_or_create(month), error
+    # A read never creates the period: a month without its row is an empty open draft.
+    return selectors.period_for_month(month) or BillingPeriod(month=month), error
 
 
 @login_required
@@ -40,6 +41,7 @@ def chargeback_view(request):
         messages.error(request, error)
     adjustment_form = AdjustmentForm(request.POST or None)
     if request.method == "POST":
+        period = services.period_get_or_create(period.month)  # writes may create it; reads not
         try:
             if request.POST.get("action") == "close":
                 services.period_close(actor=request.user, period=period)
@@ -76,7 +78,7 @@ def chargeback_view(request):
             "grand_hours": sum((t["gpu_hours"] for t in totals), start=0),
             "formats": ExportFormat.choices,
             "adjustment_form": adjustment_form,
-            "adjustments": Adjustment.objects.filter(period=period).select_related("team"),
+            "adjustments": Adjustment.objects.filter(period_id=period.pk).select_related("team"),
             "showback": settings.BILLING_MODE == "showback",
             "currency": settings.BILLING_CURRENCY,
             "can_close": not period.is_closed and timezone.now() >= _period_end(period),
@@ -143,6 +145,7 @@ def budgets_view(request):
     if request.method == "POST":
         if not can_edit:
             raise PermissionDenied("Only finance users and platform admins may set budgets.")
+        period = services.period_get_or_create(period.month)
         if form.is_valid():
             data = form.cleaned_data
             try:
@@ -163,7 +166,7 @@ def budgets_view(request):
     rows = [
         {
             **selectors.burn_down(team=team, period=period, now=now),
-            "alerts": selectors.budget_alerts_for_teams([team.pk]).filter(budget__period=period),
+            "alerts": selectors.budget_alerts_for_teams([team.pk]).filter(budget__period_id=period.pk),
         }
         for team in teams
     ]
