@@ -116,3 +116,11 @@ def test_member_and_team_admin_homes_link_their_next_steps(member, team_admin):
 def test_user_without_team_or_role_is_told_to_ask_a_team_admin():
     html = _browser(UserFactory(username="newbie")).get("/").text
     assert "You are not in any team yet" in html
+
+
+def test_finance_is_offered_no_booking_link_anywhere(finance_user, member, team):
+    finance = _browser(finance_user)
+    for url in ("/", "/teams/vision/", "/reservations/"):
+        assert "/reservations/new/" not in finance.get(url).text, url
+    # A member's team page offers booking for that team.
+    assert 'href="/reservations/new/?team=vision"' in _browser(member).get("/teams/vision/").text
