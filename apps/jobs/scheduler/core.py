@@ -540,11 +540,10 @@ class Engine:
         """Place jobs of all teams in queue order (oldest first / shortest first)."""
         if self.pool.exhausted():
             return
-        heap = []
-        for team in self._teams():
-            cand = self._candidate(team, mode)
-            if cand is not None:
-                heap.append((cand.key, team))
+        # Each team enters with a lower bound of its candidate (its oldest queued job); the
+        # real candidate is computed when the team comes up, so a cycle with little to place
+        # looks at a few teams only.
+        heap = [(key, team) for team in self._teams() if (key := self._head_key(team))]
         heapq.heapify(heap)
         while heap and not self.pool.exhausted():
             key, team = heapq.heappop(heap)
@@ -559,24 +558,33 @@ class Engine:
             if cand is not None:
                 heapq.heappush(heap, (cand.key, team))
 
+    def _head_key(self, team: str) -> tuple | None:
+        """The smallest queue key of the team's jobs: no candidate of it comes earlier."""
+        shapes = self.buckets.get(team)
+        return min(entries[0][0] for entries in shapes.values()) if shapes else None
+
     def _share(self, team: str, job: QueuedJob) -> float:
+        return self._share_at(team, job.submitted_at)
+
+    def _share_at(self, team: str, submitted_at: float) -> float:
         weight = max(1.0, self.quotas.weight.get(team, 0.0))
         history = self.usage.get(team, 0.0) / (
             self.total_capacity * self.config.usage_half_life_seconds
         )
         now_share = self.team_gpus[team] / self.total_capacity
         aging = self.config.aging_per_hour / 3600.0
-        return (history + now_share) / weight - aging * (self.now - job.submitted_at)
+        return (history + now_share) / weight - aging * (self.now - submitted_at)
 
     def _spare(self) -> None:
         """Weighted fair share of the GPUs left: lowest effective share first."""
         if self.pool.exhausted():
             return
-        heap = []
-        for team in self._teams():
-            cand = self._candidate(team, _SPARE)
-            if cand is not None:
-                heap.append((self._share(team, cand.job), team))
+        # Lower bound: the share with the team's oldest job's aging (queue key = submit time).
+        heap = [
+            (self._share_at(team, key[0]), team)
+            for team in self._teams()
+            if (key := self._head_key(team))
+        ]
         heapq.heapify(heap)
         while heap and not self.pool.exhausted():
             share, team = heapq.heappop(heap)
@@ -614,13 +622,7 @@ class Engine:
             )
         else:
             teams = sorted(self.buckets)
-        heap = []
-        for team in teams:
-            cand = self._candidate(team, _GUARANTEE, fitting=False)
-            if cand is not None:
-                heap.append((cand.key, team))
-            else:
-                self._team_retry.pop(team, None)
+        heap = [(key, team) for team in teams if (key := self._head_key(team))]
         self.eligible = None
         self._next_eligible = math.inf
         preempted, retry = False, math.inf
@@ -629,6 +631,7 @@ class Engine:
             key, team = heapq.heappop(heap)
             cand = self._candidate(team, _GUARANTEE, fitting=False)
             if cand is None:
+                self._team_retry.pop(team, None)
                 continue
             if cand.key != key:
                 heapq.heappush(heap, (cand.key, team))
