@@ -45,6 +45,9 @@ class JobSerializer(serializers.Serializer):
     started_at = serializers.DateTimeField(allow_null=True)
     finished_at = serializers.DateTimeField(allow_null=True)
     requeue_count = serializers.IntegerField()
+    checkpointable = serializers.BooleanField()
+    preemption_count = serializers.IntegerField()
+    gpu_seconds_lost = serializers.FloatField()
     pending_reason = serializers.CharField()
     pending_message = serializers.CharField()
     estimated_start = serializers.DateTimeField(allow_null=True)
@@ -63,6 +66,11 @@ class JobInputSerializer(serializers.Serializer):
     gpu_model = GpuModelField(required=False, allow_null=True, default=None)
     gpu_count = serializers.IntegerField(min_value=1, max_value=MAX_GPUS)
     same_node = serializers.BooleanField(required=False, default=True)
+    checkpointable = serializers.BooleanField(
+        required=False,
+        default=False,
+        help_text="The job saves its progress on SIGTERM and resumes from it when requeued.",
+    )
     max_runtime_seconds = serializers.IntegerField(min_value=1, max_value=10**9)
     priority_class = serializers.ChoiceField(
         choices=JobPriorityClass.choices, required=False, default=JobPriorityClass.OVER_QUOTA

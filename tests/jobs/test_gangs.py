@@ -118,3 +118,20 @@ def test_preemption_counts_and_gpu_seconds_lost(member, team, h100, quotas, sent
     queued = {q.job_id: q for q in state.queued}
     assert queued[plain.pk].preemptions == 1 and not queued[plain.pk].checkpointable
     assert queued[saved.pk].preemptions == 1 and queued[saved.pk].checkpointable
+
+
+def test_api_takes_checkpointable_and_shows_preemptions_and_loss(member, fleet, quotas, sent):
+    from tests.conftest import client_for
+
+    client = client_for(member)
+    data = {"team": "vision", "argv": ["python", "train.py"], "gpu_model": "H100-SXM-80GB",
+            "gpu_count": 12, "max_runtime_seconds": 3600, "checkpointable": True}  # fmt: skip
+    response = client.post("/api/v1/jobs/", data, format="json")
+    assert response.status_code == 201, response.json()
+    job = Job.objects.get(pk=response.json()["id"])
+    assert job.checkpointable and not job.same_node  # 12 GPUs: a two-node gang
+    schedule_cycle()
+    services.job_preempt(job=job)
+    detail = client.get(f"/api/v1/jobs/{job.pk}/").json()
+    assert detail["checkpointable"] is True and detail["same_node"] is False
+    assert detail["preemption_count"] == 1 and detail["gpu_seconds_lost"] == 0.0
