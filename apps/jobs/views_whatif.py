@@ -1,12 +1,13 @@
 import plotly.graph_objects as go
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.shortcuts import render
 from django.utils import timezone
 
 from apps.jobs.scheduler import POLICIES
 from apps.jobs.whatif import WINDOWS, QuotaProposal, current_quotas, what_if
 from apps.teams.permissions import is_platform_admin
+from apps.teams.services import quota_numbers_check
 from portal.plotting import LAYOUT, figure_json
 
 
@@ -21,10 +22,10 @@ def _proposals_from(post, current: list[QuotaProposal]) -> tuple[list[QuotaPropo
         except ValueError:
             errors.append(f"{label}: guaranteed and limit must be whole numbers.")
             continue
-        if guaranteed < 0 or limit < guaranteed:
-            errors.append(
-                f"{label}: guaranteed must be between 0 and the limit (got {guaranteed}, {limit})."
-            )
+        try:
+            quota_numbers_check(guaranteed=guaranteed, limit=limit)
+        except ValidationError as invalid:
+            errors.extend(f"{label}: {message}" for message in invalid.messages)
             continue
         proposals.append(QuotaProposal(quota.team, quota.model, guaranteed, limit))
     return proposals, errors

@@ -1,10 +1,12 @@
 from datetime import UTC, timedelta
 
 from django import forms
+from django.core.exceptions import ValidationError
 from django.utils import timezone
 
 from apps.fleet.models import GpuModel
 from apps.teams.models import Team
+from apps.teams.services import quota_numbers_check
 
 
 class LocalDateTimeField(forms.DateTimeField):
@@ -75,6 +77,9 @@ class QuotaForm(forms.Form):
     def clean(self):
         data = super().clean()
         guaranteed, limit = data.get("guaranteed"), data.get("limit")
-        if guaranteed is not None and limit is not None and limit < guaranteed:
-            self.add_error("limit", "The limit must be at least the guaranteed number.")
+        if guaranteed is not None and limit is not None:
+            try:
+                quota_numbers_check(guaranteed=guaranteed, limit=limit)
+            except ValidationError as invalid:
+                self.add_error(None, invalid)
         return data

@@ -1,3 +1,4 @@
+from django.core.exceptions import ValidationError as DjangoValidationError
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import serializers, status, viewsets
@@ -10,6 +11,7 @@ from apps.teams.choices import TeamRole
 from apps.teams.filters import TeamFilter
 from apps.teams.models import Membership, Quota, Team, User
 from apps.teams.permissions import ReadAnyWritePlatformAdmin
+from apps.teams.services import quota_numbers_check
 
 
 class TeamSerializer(serializers.ModelSerializer):
@@ -140,10 +142,10 @@ class QuotaSerializer(serializers.ModelSerializer):
     def validate(self, data):
         guaranteed = data.get("guaranteed", getattr(self.instance, "guaranteed", 0))
         limit = data.get("limit", getattr(self.instance, "limit", 0))
-        if limit < guaranteed:
-            raise serializers.ValidationError(
-                {"limit": f"The limit ({limit}) must be at least guaranteed ({guaranteed})."}
-            )
+        try:
+            quota_numbers_check(guaranteed=guaranteed, limit=limit)
+        except DjangoValidationError as invalid:
+            raise serializers.ValidationError(invalid.message_dict) from invalid
         return data
 
 

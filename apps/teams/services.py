@@ -96,7 +96,10 @@ def _quota_snapshot(quota: Quota) -> dict:
     }
 
 
-def _validate_quota_numbers(guaranteed: int, limit: int) -> None:
+def quota_numbers_check(*, guaranteed: int, limit: int) -> None:
+    """The one rule for a quota's numbers (forms, the API, the what-if page and quota_set all
+    call it; the database's check constraint is the last word): both at least 0, and the limit
+    at least the guarantee. Raises ValidationError naming the field."""
     errors = {}
     if guaranteed < 0:
         errors["guaranteed"] = "Guaranteed GPUs cannot be negative."
@@ -119,7 +122,7 @@ def quota_set(*, team: Team, gpu_model, guaranteed: int, limit: int, actor) -> Q
 
     Lowering a quota does not cancel existing bookings; it limits new ones."""
     _require_platform_admin(actor)
-    _validate_quota_numbers(guaranteed, limit)
+    quota_numbers_check(guaranteed=guaranteed, limit=limit)
     quota = (
         Quota.objects.select_for_update(of=("self",)).filter(team=team, gpu_model=gpu_model).first()
         if gpu_model is not None

@@ -67,7 +67,7 @@ def test_bad_quota_numbers_are_refused_inline(client, platform_admin, history):
     client.force_login(platform_admin)
     response = client.post("/jobs/what-if/", form(**{"g-0": "20", "l-0": "16"}))
     assert response.status_code == 400
-    assert "guaranteed must be between 0 and the limit" in response.content.decode()
+    assert "The limit (16) must be at least guaranteed (20)." in response.content.decode()
     response = client.post("/jobs/what-if/", form(**{"l-1": "lots"}))
     assert response.status_code == 400 and "whole numbers" in response.content.decode()
     assert Quota.objects.get(team__slug="nlp").guaranteed == 12  # nothing was changed
