@@ -102,8 +102,8 @@ class SlurmCluster:
 
     @property
     def env(self) -> dict[str, str]:
-        """Environment for Slurm's client commands: our slurm.conf, nothing else."""
-        return {**os.environ, "SLURM_CONF": str(self.conf)}
+        """Environment for Slurm's commands: our slurm.conf; times read and shown in UTC."""
+        return {**os.environ, "SLURM_CONF": str(self.conf), "TZ": "UTC"}
 
     # --- configuration --------------------------------------------------------------------
 
