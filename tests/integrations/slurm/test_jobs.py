@@ -192,3 +192,42 @@ def test_slurm_job_ids_are_unique_per_cluster(slurm):
     job = submit(slurm, ["/bin/true"])
     with pytest.raises(IntegrityError), transaction.atomic():
         SlurmJob.objects.create(cluster="portaltest", slurm_job_id=job.slurm.slurm_job_id)
+
+
+def test_api_submit_answers_409_slurm_refused_with_slurms_words_and_saves_nothing(slurm):
+    from tests.conftest import client_for
+
+    stranger = TeamFactory(slug="no-account-api")
+    user = MembershipFactory(team=stranger).user
+    response = client_for(user).post(
+        "/api/v1/jobs/",
+        {
+            "team": "no-account-api",
+            "argv": ["/bin/true"],
+            "gpu_model": slurm.model.name,
+            "gpu_count": 1,
+            "max_runtime_seconds": 60,
+        },
+        format="json",
+    )
+    assert response.status_code == 409, response.content
+    body = response.json()
+    assert body["code"] == "slurm_refused"
+    assert body["message"].startswith("Slurm refused the job: ")
+    assert "account" in body["message"].lower()
+    assert not Job.objects.filter(team=stranger).exists()
+
+
+def test_beat_tasks_run_against_slurm(slurm):
+    from apps.integrations.slurm import tasks
+
+    job = submit(slurm, ["/bin/true"])
+    wait_for(
+        lambda: tasks.poll()["finished"] == 1 or Job.objects.get(pk=job.pk).is_finished,
+        what="the poll task to see the job finish",
+    )
+    job.refresh_from_db()
+    assert job.status == JobStatus.SUCCEEDED
+    result = tasks.sync()
+    assert set(result) == {"quotas", "reservations", "accounting"}
+    assert result["quotas"] == {}  # the fixture synced vision already
