@@ -66,7 +66,7 @@ def test_demo_months_match_the_page_on_postgresql():
 def test_random_months_match_the_page_on_postgresql(seed):
     with transaction.atomic():
         period = reconcile.build_random_month(seed)
-        assert len(reconcile.page_totals(period)) == 4  # three teams and the platform
+        assert "platform" in reconcile.page_totals(period)
         assert reconcile.drift(period) == {}
         assert reconcile.component_violations(period) == []
         transaction.set_rollback(True)
