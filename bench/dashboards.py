@@ -1,7 +1,9 @@
 """Dashboard endpoints on a month of fleet history, beside a raw fetch of the same rows.
 
 Seeds 1,000 GPUs (125 nodes x 8, two models) and 30 days of hour rollups (720,000 rows, held
-by 8 teams in turn, loaded with COPY), plus idle intervals (~30 per GPU). Then times, as a
+by 8 teams in turn, loaded with COPY), the bookings that hold them (~48,000 GPU holdings in
+12-hour blocks: the utilization chart counts allocated GPUs from these), plus idle intervals
+(~30 per GPU). Then times, as a
 platform admin through Django's test client (the whole view: filters, SQL, figure building,
 JSON), the 30-day utilization and idle endpoints, and reports their JSON size. The baseline is
 one raw psycopg fetch of the rollup rows those endpoints summarise (no aggregation, no JSON).
@@ -45,6 +47,8 @@ ROLLUP_COLUMNS = (
 
 def seed(now):
     from apps.fleet.models import Gpu, GpuModel, Node
+    from apps.reservations.choices import ReservationStatus
+    from apps.reservations.models import Reservation
     from apps.teams.models import Team, User
 
     rng = random.Random(3)
@@ -61,15 +65,18 @@ def seed(now):
     teams = Team.objects.bulk_create(
         Team(slug=f"team{i}", name=f"Team {i}", cost_center=f"CC-{i}") for i in range(TEAMS)
     )
-    User.objects.create_user("bench-admin", global_role="platform_admin")
+    admin = User.objects.create_user("bench-admin", global_role="platform_admin")
     first = now.replace(minute=0, second=0, microsecond=0) - timedelta(days=DAYS)
     hours = DAYS * 24
     idle_rows = []
     buffer = io.StringIO()
+    held: dict[tuple, list[int]] = {}  # (team, block, model) -> GPU ids
     for gpu in gpus:
         # Each GPU is held in 12-hour blocks by a team or by nobody, busy most of the time held.
         for block in range(0, hours, 12):
             team = rng.choice([*teams, None, None])
+            if team is not None:
+                held.setdefault((team.pk, block, gpu.model_id), []).append(gpu.pk)
             for h in range(block, min(block + 12, hours)):
                 bucket = first + timedelta(hours=h)
                 busy = team is not None and rng.random() < 0.8
@@ -86,8 +93,28 @@ def seed(now):
                     f"{gpu.pk}\t{kind}\t{team.pk if team else NULL}\t{start.isoformat()}\t"
                     f"{(start + timedelta(hours=rng.randint(1, 12))).isoformat()}\n"
                 )
+    bookings = Reservation.objects.bulk_create(
+        Reservation(
+            team_id=team_id, created_by=admin, gpu_model_id=model_id, count=len(ids),
+            start=first + timedelta(hours=block), end=first + timedelta(hours=block + 12),
+            status=ReservationStatus.COMPLETED,
+        )
+        for (team_id, block, model_id), ids in held.items()
+    )  # fmt: skip
+    holdings = io.StringIO()
+    for booking, ids in zip(bookings, held.values(), strict=True):
+        for gpu_id in ids:
+            holdings.write(
+                f"{booking.pk}\t{gpu_id}\t{booking.start.isoformat()}\t"
+                f"{booking.end.isoformat()}\tt\n"
+            )
     with connection.cursor() as cursor:
         raw = cursor.connection
+        with raw.cursor().copy(
+            'COPY reservations_reservationgpu (reservation_id, gpu_id, start, "end", active) '
+            "FROM STDIN"
+        ) as copy:
+            copy.write(holdings.getvalue())
         with raw.cursor().copy(
             f"COPY telemetry_gpuhourrollup ({ROLLUP_COLUMNS}) FROM STDIN"
         ) as copy:
@@ -112,6 +139,7 @@ def timed(fn) -> tuple[float, object]:
 def main() -> None:
     from django.test import Client
 
+    from apps.reservations.models import ReservationGpu
     from apps.teams.models import User
     from apps.telemetry.models import GpuHourRollup, IdleInterval
 
@@ -122,7 +150,8 @@ def main() -> None:
     first = seed(now)
     print(
         f"seeded {GpuHourRollup.objects.count():,} hour rollups and "
-        f"{IdleInterval.objects.count():,} idle intervals in {time.perf_counter() - started:.1f} s"
+        f"{IdleInterval.objects.count():,} idle intervals, {ReservationGpu.objects.count():,} GPU "
+        f"holdings in {time.perf_counter() - started:.1f} s"
     )
     client = Client(HTTP_HOST="localhost")
     client.force_login(User.objects.get(username="bench-admin"))

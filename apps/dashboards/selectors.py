@@ -141,11 +141,15 @@ def _rollups(filters: Filters):
     return model, rows
 
 
-def _uses(filters: Filters, *, all_teams: bool) -> dict[int, list[tuple]]:
-    """GPU id -> [(start, end, team_id)] of what the chargeback charges as allocated, within
-    the window: active booking holdings, and job allocations outside bookings (a job inside a
-    booking runs on GPUs the booking already holds). Per GPU the uses are made disjoint (an
-    overlap counts once, for the earlier use), as the meter does."""
+def _uses(filters: Filters, *, all_teams: bool) -> list[tuple]:
+    """What the chargeback charges as allocated, within the window, as
+    (start, end, team_id, GPUs, of which in the fleet): active booking holdings, and job
+    allocations outside bookings (a job inside a booking runs on GPUs the booking holds).
+    Grouped in SQL by interval and team: the GPUs of one booking or job share them, so a month
+    of a large fleet is a few hundred rows. Holdings never overlap on a GPU (a database
+    constraint) and the scheduler places jobs outside bookings on GPUs no booking holds, so the
+    counts add up."""
+    in_fleet = Q(gpu__mig_parent__isnull=True) & ~Q(gpu__status=GpuStatus.RETIRED)
     holdings = ReservationGpu.objects.filter(
         active=True, start__lt=filters.end, end__gt=filters.start
     )
@@ -153,7 +157,11 @@ def _uses(filters: Filters, *, all_teams: bool) -> dict[int, list[tuple]]:
         holdings = holdings.filter(reservation__team_id__in=filters.team_ids)
     if filters.gpu_model:
         holdings = holdings.filter(gpu__model=filters.gpu_model)
-    rows = list(holdings.values_list("gpu_id", "start", "end", "reservation__team_id"))
+    rows = list(
+        holdings.values_list("start", "end", "reservation__team_id")
+        .annotate(n=Count("id"), fleet_n=Count("id", filter=in_fleet))
+        .order_by()
+    )
     try:
         from apps.jobs.models import JobAllocation
     except ImportError:  # pragma: no cover - the jobs app is optional for the dashboards
@@ -168,23 +176,40 @@ def _uses(filters: Filters, *, all_teams: bool) -> dict[int, list[tuple]]:
             jobs = jobs.filter(job__team_id__in=filters.team_ids)
         if filters.gpu_model:
             jobs = jobs.filter(gpu__model=filters.gpu_model)
-        for gpu_id, start, end, team_id in jobs.values_list(
-            "gpu_id", "start", "end", "job__team_id"
+        for start, end, team_id, n, fleet_n in (
+            jobs.values_list("start", "end", "job__team_id")
+            .annotate(n=Count("id"), fleet_n=Count("id", filter=in_fleet))
+            .order_by()
         ):
-            rows.append((gpu_id, start, end or filters.end, team_id))
-    per_gpu: dict[int, list[tuple]] = defaultdict(list)
-    for gpu_id, start, end, team_id in sorted(rows, key=lambda r: (r[0], r[1])):
-        uses = per_gpu[gpu_id]
-        start = max(start, filters.start, uses[-1][1] if uses else start)
-        end = min(end, filters.end)
+            rows.append((start, end or filters.end, team_id, n, fleet_n))
+    clipped = []
+    for start, end, team_id, n, fleet_n in rows:
+        start, end = max(start, filters.start), min(end, filters.end)
         if end > start:
-            uses.append((start, end, team_id))
-    return per_gpu
+            clipped.append((start, end, team_id, n, fleet_n))
+    return clipped
 
 
-def _covered(t: datetime, step: timedelta, filters: Filters) -> float:
-    """Seconds of the step [t, t + step) inside the window."""
-    return (min(t + step, filters.end) - max(t, filters.start)).total_seconds()
+def _integrate(events: list[tuple[float, int]], edges: list[float]) -> list[float]:
+    """GPU-seconds per step: `events` are (epoch, +n or -n) where n GPUs start or stop being
+    counted, `edges` the step boundaries. One sweep over the sorted events."""
+    events.sort()
+    out = [0.0] * (len(edges) - 1)
+    level, last, k = 0, edges[0], 0
+    for moment, delta in events:
+        while k < len(out) and edges[k + 1] <= moment:
+            out[k] += level * (edges[k + 1] - last)
+            last = edges[k + 1]
+            k += 1
+        if k < len(out):
+            out[k] += level * (moment - last)
+        last = moment
+        level += delta
+    while k < len(out):
+        out[k] += level * (edges[k + 1] - last)
+        last = edges[k + 1]
+        k += 1
+    return out
 
 
 def allocated_series(filters: Filters, times: list[datetime], step: timedelta) -> dict:
@@ -192,34 +217,33 @@ def allocated_series(filters: Filters, times: list[datetime], step: timedelta) -
     so every range and bucket size gives the same answer for the same time: the value of an
     hour is the mean of its minutes. Those who see all teams also get `UNALLOCATED`: the rest
     of the fleet (GPUs neither retired nor MIG slices), as the chargeback counts it."""
+    if not times:
+        return {}
     with_pool = filters.sees_all and not filters.team_slug
-    uses = _uses(filters, all_teams=with_pool)
-    origin = times[0] if times else filters.start
-    seconds: dict[int | None, dict] = defaultdict(lambda: defaultdict(float))
     fleet = Gpu.objects.filter(mig_parent__isnull=True).exclude(status=GpuStatus.RETIRED)
     if filters.gpu_model:
         fleet = fleet.filter(model=filters.gpu_model)
-    fleet_ids = set(fleet.values_list("pk", flat=True))
-    in_fleet: dict = defaultdict(float)
+    fleet_size = fleet.count()
     visible = set(filters.team_ids)
-    for gpu_id, gpu_uses in uses.items():
-        for start, end, team_id in gpu_uses:
-            t = _floor(start, origin, step)
-            while t < end:
-                piece = (min(end, t + step) - max(start, t)).total_seconds()
-                if team_id in visible:
-                    seconds[team_id][t] += piece
-                if gpu_id in fleet_ids:
-                    in_fleet[t] += piece
-                t += step
+    events: dict[int | None, list] = defaultdict(list)  # team id, or None: the fleet's GPUs
+    for start, end, team_id, n, fleet_n in _uses(filters, all_teams=with_pool):
+        if team_id in visible:
+            events[team_id] += ((start.timestamp(), n), (end.timestamp(), -n))
+        if fleet_n:
+            events[None] += ((start.timestamp(), fleet_n), (end.timestamp(), -fleet_n))
+    edges = [t.timestamp() for t in times] + [(times[-1] + step).timestamp()]
+    covered = [(min(t + step, filters.end) - max(t, filters.start)).total_seconds() for t in times]
     slugs = {t.pk: t.slug for t in filters.teams}
     result = {}
-    for team_id, values in seconds.items():
-        result[slugs[team_id]] = {t: values.get(t, 0.0) / _covered(t, step, filters) for t in times}
-    if with_pool and fleet_ids:
+    for team_id, team_events in events.items():
+        if team_id is None:
+            continue
+        seconds = _integrate(team_events, edges)
+        result[slugs[team_id]] = {t: seconds[i] / covered[i] for i, t in enumerate(times)}
+    if with_pool and fleet_size:
+        held = _integrate(events.get(None, []), edges)
         result[UNALLOCATED] = {
-            t: max(0.0, len(fleet_ids) - in_fleet.get(t, 0.0) / _covered(t, step, filters))
-            for t in times
+            t: max(0.0, fleet_size - held[i] / covered[i]) for i, t in enumerate(times)
         }
     return result
 

@@ -50,10 +50,11 @@ def test_admin_drains_node_after_confirming(page):
     table = page.get_by_test_id("audit-table")
     row = table.locator("tbody tr", has=page.locator("code", has_text="node.drain"))
     expect(row).to_have_count(1)
-    cells = row.locator("td")
+    cells = row.locator(":scope > td")  # not the cells of its field diff
     expect(cells.nth(1)).to_have_text("admin")
     expect(cells.nth(3)).to_contain_text(NODE)
-    expect(cells.nth(6)).to_have_text("firmware update")
+    expect(cells.nth(5)).to_have_text("firmware update")
+    expect(row.locator("tr[data-field='status'] td.after")).to_have_text("drained")
 
 
 def test_dismissing_confirm_leaves_node_up(page):
