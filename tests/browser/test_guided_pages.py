@@ -97,7 +97,7 @@ def test_quota_error_names_its_row_keeps_the_typed_numbers_and_headers_line_up(l
     row.get_by_role("button", name=f"Save quota of vision {H100}").click()
     error = page.get_by_test_id("quota-error")
     expect(error).to_contain_text(f"vision / {H100}")
-    expect(error).to_contain_text("The limit must be at least the guaranteed number.")
+    expect(error).to_contain_text("The limit (3) must be at least guaranteed (7).")
     expect(row.get_by_label(f"Guaranteed GPUs for vision {H100}")).to_have_value("7")
     expect(row.get_by_label(f"Limit for vision {H100}")).to_have_value("3")
 

@@ -374,7 +374,7 @@ def test_admin_limit_below_guarantee_is_refused(page):
 
     error = page.get_by_test_id("quota-error")
     expect(error).to_have_attribute("role", "alert")
-    expect(error).to_contain_text("The limit must be at least the guaranteed number.")
+    expect(error).to_contain_text("The limit (2) must be at least guaranteed (4).")
     expect(page.get_by_role("status")).to_have_count(0)
     quota = Quota.objects.get(team__slug="vision", gpu_model__name=H100)
     assert (quota.guaranteed, quota.limit) == (4, 8)

@@ -23,7 +23,7 @@ def test_refused_quota_edit_names_its_row_and_keeps_the_typed_numbers(platform_a
     )
     html = response.text
     error = html.split('data-testid="quota-error"', 1)[1].split("</td>", 1)[0]
-    assert f"vision / {h100.name}: Limit: The limit must be at least" in error
+    assert f"vision / {h100.name}: Limit: The limit (3) must be at least guaranteed (7)" in error
     assert (
         f'id="g-{vision.pk}" form="quota-{vision.pk}" name="guaranteed" type="number" '
         'min="0" value="7"' in html
@@ -53,7 +53,7 @@ def test_refused_new_quota_keeps_team_model_and_numbers_on_the_add_form(
     assert '<option value="nlp" selected>' in add_form
     assert '<option value="L40S-48GB" selected>' in add_form
     assert 'id="new-g" name="guaranteed" type="number" min="0" value="5"' in add_form
-    assert "Limit: The limit must be at least" in add_form
+    assert "Limit: The limit (1) must be at least guaranteed (5)" in add_form
     assert not Quota.objects.filter(gpu_model__name="L40S-48GB").exists()
 
 
