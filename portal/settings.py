@@ -505,6 +505,7 @@ SLURM_HOOKS = {
     "reservation.extended": "apps.integrations.slurm.services.on_reservation_extended",
     "reservation.ended": "apps.integrations.slurm.services.on_reservation_ended",
     "quota.changed": "apps.integrations.slurm.services.on_quota_changed",
+    "node.state_changed": "apps.integrations.slurm.services.on_node_state_changed",
 }
 PORTAL_HOOKS: dict[str, list[str]] = globals().get("PORTAL_HOOKS", {})
 if SLURM_ENABLED:

@@ -88,6 +88,8 @@ def node_change_state(*, node: Node, operation: str, actor, reason: str = "") ->
     _transition(
         obj=node, transitions=NODE_TRANSITIONS, operation=operation, actor=actor, reason=reason
     )
+    # Integrations that run work on the node (Slurm) follow; a refusal undoes the change.
+    hooks.emit("node.state_changed", node=node, operation=operation, reason=reason, actor=actor)
     if operation == "retire":
         for gpu in node.gpus.select_for_update().exclude(status=GpuStatus.RETIRED):
             _transition(

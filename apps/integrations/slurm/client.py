@@ -448,5 +448,12 @@ class SlurmClient:
                 result[parts[0]] = (parts[1], "" if parts[2] == "none" else parts[2])
         return result
 
+    def node_update(self, name: str, *, state: str, reason: str = "") -> None:
+        """`scontrol update NodeName=... State=DRAIN|RESUME [Reason=...]`."""
+        args = ["update", f"NodeName={name}", f"State={state}"]
+        if reason:
+            args.append(f"Reason={reason}")
+        self.run("scontrol", *args)
+
     def ping(self) -> str:
         return self.run("scontrol", "ping").strip()

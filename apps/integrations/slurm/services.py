@@ -444,6 +444,40 @@ def reservations_reconcile(*, now: datetime | None = None) -> dict[str, list[str
     return {"removed": removed}
 
 
+# --- nodes -------------------------------------------------------------------------------------
+
+DRAIN_REASON_PREFIX = "portal:"
+
+
+def on_node_state_changed(*, node: Node, operation: str, reason: str = "", actor=None, **_):
+    """Hook `node.state_changed`: a node drained or retired in the portal is drained in Slurm
+    (running jobs finish, no new ones start), undrained is resumed. Nodes Slurm does not know
+    are left alone; any other refusal undoes the portal's change."""
+    if operation in ("drain", "retire"):
+        who = actor.get_username() if actor is not None else "system"
+        words = f"{DRAIN_REASON_PREFIX} {operation} by {who}" + (f": {reason}" if reason else "")
+        state, why = "DRAIN", words[:200]
+    elif operation == "undrain":
+        state, why = "RESUME", ""
+    else:
+        return
+    try:
+        client().node_update(node.hostname, state=state, reason=why)
+    except SlurmError as error:
+        if "invalid node name" in error.reason.lower():
+            return
+        raise _refused(f"to {operation} node {node.hostname}", error) from error
+
+
+def nodes_out_of_service() -> dict[str, str]:
+    """Nodes Slurm has drained or marked down, with Slurm's reason (for slurm_check)."""
+    return {
+        name: f"{state}" + (f" ({why})" if why else "")
+        for name, (state, why) in client().node_states().items()
+        if state.rstrip("*~#$@+").lower() in ("drained", "draining", "down", "fail", "failing")
+    }
+
+
 # --- quotas ------------------------------------------------------------------------------------
 
 

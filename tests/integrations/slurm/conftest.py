@@ -60,7 +60,7 @@ def slurm_cluster(tmp_path_factory):
 
 def _clean_slurm(cluster: SlurmCluster) -> None:
     """Nothing of one test may hold GPUs or nodes in the next: cancel every job, drop every
-    reservation and wait until the node is idle again."""
+    reservation, resume the node and wait until no job is left."""
     env = cluster.env
     subprocess.run([which("scancel"), "--full", "--user", cluster.user], env=env, timeout=30)
     out = subprocess.run(
@@ -77,6 +77,13 @@ def _clean_slurm(cluster: SlurmCluster) -> None:
                 subprocess.run(
                     [which("scontrol"), "delete", f"ReservationName={name}"], env=env, timeout=30
                 )
+    # A test that drained the node (and failed before resuming it) must not starve the next.
+    subprocess.run(
+        [which("scontrol"), "update", f"NodeName={cluster.hostname}", "State=RESUME"],
+        env=env,
+        capture_output=True,
+        timeout=30,
+    )
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         queue = subprocess.run(

@@ -62,6 +62,8 @@ class Command(BaseCommand):
                     f"GPU model {model.name} is gres type {type_name!r}",
                     "" if f"gpu:{type_name}:" in gres else "no node offers it (SLURM_GPU_TYPES)",
                 )
+            for name, state in sorted(services.nodes_out_of_service().items()):
+                self.stdout.write(f"info node {name} is out of service in Slurm: {state}")
         except SlurmError as error:
             report(False, "sinfo", error.reason)
         try:
