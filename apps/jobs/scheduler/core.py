@@ -622,7 +622,12 @@ class Engine:
             )
         else:
             teams = sorted(self.buckets)
-        heap = [(key, team) for team in teams if (key := self._head_key(team))]
+        heap = [
+            (key, team)
+            for team in teams
+            if any(self._cap(team, m, _GUARANTEE, None) > 0 for m in self.pool.models)
+            and (key := self._head_key(team))
+        ]
         self.eligible = None
         self._next_eligible = math.inf
         preempted, retry = False, math.inf
