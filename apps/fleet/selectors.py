@@ -5,6 +5,7 @@ from django.utils import timezone
 
 from apps.fleet.choices import GpuHealth, GpuStatus, NodeStatus
 from apps.fleet.models import Gpu, GpuModel, MaintenanceWindow, Node
+from apps.fleet.transitions import gpu_operations, node_operations
 
 
 def node_list() -> QuerySet[Node]:
@@ -45,6 +46,11 @@ def fleet_overview() -> list[Node]:
     )
     for node in nodes:
         node.open_bookings = sum(gpu.open_bookings for gpu in node.physical_gpus)
+        node.operations = node_operations(node)
+        for gpu in node.physical_gpus:
+            gpu.operations = gpu_operations(gpu, node)
+            # Active itself, but out of service with its node: shown as such.
+            gpu.out_with_node = gpu.status == GpuStatus.ACTIVE and node.status != NodeStatus.UP
     return nodes
 
 

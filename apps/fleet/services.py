@@ -15,20 +15,14 @@ from django.utils import timezone
 from apps.audit.services import audit_record
 from apps.fleet.choices import GpuStatus, NodeStatus
 from apps.fleet.models import Gpu, MaintenanceWindow, Node
+from apps.fleet.transitions import (
+    GPU_TRANSITIONS,
+    NODE_STATES_GOVERNING_GPUS,
+    NODE_TRANSITIONS,
+)
 from portal import hooks
 from portal.exceptions import ConflictError, PolicyRefusal
 from portal.roles import is_platform_admin
-
-NODE_TRANSITIONS: dict[str, tuple[set[str], str]] = {
-    "drain": ({NodeStatus.UP, NodeStatus.UNREACHABLE}, NodeStatus.DRAINED),
-    "undrain": ({NodeStatus.DRAINED}, NodeStatus.UP),
-    "retire": ({NodeStatus.UP, NodeStatus.UNREACHABLE, NodeStatus.DRAINED}, NodeStatus.RETIRED),
-}
-GPU_TRANSITIONS: dict[str, tuple[set[str], str]] = {
-    "drain": ({GpuStatus.ACTIVE}, GpuStatus.DRAINED),
-    "undrain": ({GpuStatus.DRAINED}, GpuStatus.ACTIVE),
-    "retire": ({GpuStatus.ACTIVE, GpuStatus.DRAINED}, GpuStatus.RETIRED),
-}
 
 
 @dataclass
@@ -111,8 +105,12 @@ def gpu_change_state(*, gpu: Gpu, operation: str, actor, reason: str = "") -> St
     bookings move to another free GPU of the same model where possible."""
     _require_platform_admin(actor)
     gpu = Gpu.objects.select_for_update().select_related("node").get(pk=gpu.pk)
-    if operation == "undrain" and gpu.node.status == NodeStatus.RETIRED:
-        raise ConflictError(f"Cannot undrain {gpu}: its node is retired.", code="invalid_state")
+    if operation != "retire" and gpu.node.status in NODE_STATES_GOVERNING_GPUS:
+        raise ConflictError(
+            f"Cannot {operation} {gpu}: its node is {gpu.node.status}; change the node instead.",
+            code="invalid_state",
+            detail={"node_status": gpu.node.status, "operation": operation},
+        )
     _transition(
         obj=gpu, transitions=GPU_TRANSITIONS, operation=operation, actor=actor, reason=reason
     )
