@@ -15,6 +15,8 @@ from datetime import UTC, datetime
 
 from django.conf import settings
 
+# The comment of every job the portal submits starts with this (followed by the job's id).
+PORTAL_COMMENT = "portal job "
 # Slurm prints these for a time that is not known (yet).
 UNKNOWN_TIMES = {"", "N/A", "Unknown", "None", "0"}
 
@@ -278,6 +280,18 @@ class SlurmClient:
                 start=parse_time(parts[4]),
             )
         return entries
+
+    def portal_jobs(self) -> dict[int, tuple[str, datetime | None]]:
+        """Pending and running jobs whose comment marks them as the portal's: id -> (comment,
+        submit time)."""
+        out = self.run("squeue", "-h", "-o", "%i|%V|%k", check=False)  # not finished ones
+        jobs = {}
+        for line in out.splitlines():
+            job_id, _, rest = line.strip().partition("|")
+            submitted, _, comment = rest.partition("|")
+            if job_id.isdigit() and comment.startswith(PORTAL_COMMENT):
+                jobs[int(job_id)] = (comment, parse_time(submitted))
+        return jobs
 
     def expected_starts(self, job_ids: Iterable[int]) -> dict[int, datetime]:
         """`squeue --start`: when Slurm's backfill expects each pending job to start."""

@@ -32,6 +32,7 @@ from apps.integrations.slurm.choices import (
     pending_message,
 )
 from apps.integrations.slurm.client import (
+    PORTAL_COMMENT,
     AccountingRecord,
     QueueEntry,
     SlurmClient,
@@ -141,7 +142,7 @@ def slurm_job_submit(*, job: Job) -> SlurmJob:
             workdir=job.workdir,
             partition=partition,
             reservation=reservation,
-            comment=f"portal job {job.pk}",
+            comment=f"{PORTAL_COMMENT}{job.pk}",
         )
     except SlurmError as error:
         raise _refused("the job", error) from error
@@ -359,6 +360,30 @@ def jobs_poll(*, now: datetime | None = None, batch: int | None = None) -> dict[
                 slurm_job.state = state
             slurm_job.save()
     return counts
+
+
+def jobs_reconcile(*, now: datetime | None = None, older_than: timedelta | None = None):
+    """Cancel Slurm jobs that carry the portal's comment but that no portal job records: the
+    submit was rolled back after sbatch had said yes. Only jobs submitted `older_than` ago
+    (default 5 minutes), so a submit still committing is never touched."""
+    now = now or timezone.now()
+    older_than = timedelta(minutes=5) if older_than is None else older_than
+    slurm = client()
+    queued = slurm.portal_jobs()
+    known = set(
+        SlurmJob.objects.filter(cluster=cluster_name(), slurm_job_id__in=queued).values_list(
+            "slurm_job_id", flat=True
+        )
+    )
+    cancelled = []
+    for job_id, (_comment, submitted) in sorted(queued.items()):
+        if job_id in known or submitted is None or submitted > now - older_than:
+            continue
+        slurm.cancel(job_id)
+        cancelled.append(job_id)
+    if cancelled:
+        logger.warning("cancelled Slurm jobs no portal job records: %s", cancelled)
+    return {"cancelled": cancelled}
 
 
 # --- bookings ----------------------------------------------------------------------------------

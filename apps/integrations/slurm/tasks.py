@@ -14,10 +14,11 @@ def poll() -> dict:
 
 @shared_task(name="slurm.sync", time_limit=600, soft_time_limit=540)
 def sync() -> dict:
-    """Correct drift: quotas to GrpTRES/Fairshare, stale portal reservations removed, sacct
-    records imported."""
+    """Correct drift: quotas to GrpTRES/Fairshare, stale portal reservations and orphaned portal
+    jobs removed from Slurm, sacct records imported."""
     return {
         "quotas": services.quotas_sync(),
         "reservations": services.reservations_reconcile(),
+        "orphan_jobs": services.jobs_reconcile(),
         "accounting": services.accounting_import(),
     }

@@ -229,5 +229,27 @@ def test_beat_tasks_run_against_slurm(slurm):
     job.refresh_from_db()
     assert job.status == JobStatus.SUCCEEDED
     result = tasks.sync()
-    assert set(result) == {"quotas", "reservations", "accounting"}
+    assert set(result) == {"quotas", "reservations", "orphan_jobs", "accounting"}
     assert result["quotas"] == {}  # the fixture synced vision already
+
+
+def test_reconcile_cancels_portal_marked_slurm_jobs_that_no_portal_job_records(slurm):
+    kept = submit(slurm, ["/bin/sleep", "300"], runtime=300)
+    # sbatch said yes, then the portal's transaction rolled back: nothing records this one.
+    orphan = int(
+        slurm_out(
+            slurm.cluster,
+            "sbatch",
+            "--parsable",
+            "--account=vision",
+            "--output=/dev/null",
+            "--comment=portal job 999999",
+            "--wrap=sleep 300",
+        ).strip()
+    )
+    assert services.jobs_reconcile()["cancelled"] == []  # too recent: it may still commit
+    result = services.jobs_reconcile(older_than=timedelta(0))
+    assert result["cancelled"] == [orphan]
+    states = slurm_out(slurm.cluster, "squeue", "-h", "--states=all", "-o", "%i %T")
+    assert f"{orphan} CANCELLED" in states or str(orphan) not in states
+    assert f"{kept.slurm.slurm_job_id} CANCELLED" not in states
