@@ -34,6 +34,9 @@ class SlurmJob(models.Model):
     ended_at = models.DateTimeField(null=True, blank=True)
     finished = models.BooleanField(default=False, db_index=True)
     polled_at = models.DateTimeField(null=True, blank=True)
+    missing_since = models.DateTimeField(
+        null=True, blank=True, help_text="First poll that found it in neither squeue nor sacct."
+    )
 
     class Meta:
         ordering = ["cluster", "slurm_job_id"]

@@ -347,6 +347,20 @@ def jobs_poll(*, now: datetime | None = None, batch: int | None = None) -> dict[
             slurm_job.polled_at = now
             if entry is not None:
                 slurm_job.reason = entry.reason[:64]
+            if entry is None and record is None:
+                # Not in the queue and not (yet) in accounting: sacct lags a little; a job
+                # missing for SLURM_LOST_AFTER_SECONDS is gone (purged, or no accounting).
+                slurm_job.missing_since = slurm_job.missing_since or now
+                lost_after = timedelta(seconds=settings.SLURM_LOST_AFTER_SECONDS)
+                if now - slurm_job.missing_since >= lost_after:
+                    _apply_finished(job, slurm_job, SlurmJobState.UNKNOWN, None, now)
+                    slurm_job.state = SlurmJobState.UNKNOWN
+                    job.pending_message = "Slurm no longer knows the job; it is marked failed."
+                    job.save(update_fields=["pending_message"])
+                    counts["finished"] += 1
+                slurm_job.save()
+                continue
+            slurm_job.missing_since = None
             if state in FINISHED_STATES:
                 _apply_finished(job, slurm_job, state, record, now)
                 counts["finished"] += 1

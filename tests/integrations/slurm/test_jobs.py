@@ -253,3 +253,27 @@ def test_reconcile_cancels_portal_marked_slurm_jobs_that_no_portal_job_records(s
     states = slurm_out(slurm.cluster, "squeue", "-h", "--states=all", "-o", "%i %T")
     assert f"{orphan} CANCELLED" in states or str(orphan) not in states
     assert f"{kept.slurm.slurm_job_id} CANCELLED" not in states
+
+
+def test_job_that_slurm_no_longer_knows_is_failed_after_the_lost_delay(slurm, settings):
+    settings.SLURM_LOST_AFTER_SECONDS = 600
+    job = submit(slurm, ["/bin/sleep", "300"], runtime=300)
+    # As if its record had been purged: an id Slurm never gave out.
+    SlurmJob.objects.filter(job=job).update(slurm_job_id=999_999)
+    now = timezone.now()
+    services.jobs_poll(now=now)
+    job.refresh_from_db()
+    assert job.status == JobStatus.QUEUED  # sacct may just lag: not yet
+    assert SlurmJob.objects.get(job=job).missing_since == now
+    services.jobs_poll(now=now + timedelta(seconds=601))
+    job.refresh_from_db()
+    assert job.status == JobStatus.FAILED
+    assert job.pending_message == "Slurm no longer knows the job; it is marked failed."
+
+
+def test_job_not_bound_to_one_node_asks_slurm_for_gpus_per_job(slurm):
+    job = submit(slurm, ["/bin/true"], gpus=2, same_node=False)
+    shown = slurm_out(slurm.cluster, "scontrol", "-o", "show", "job", str(job.slurm.slurm_job_id))
+    assert "TresPerJob=gres:gpu:h100:2" in shown
+    poll_until(job, JobStatus.SUCCEEDED)
+    assert job.allocations.count() == 2
