@@ -4,16 +4,16 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 from rest_framework.routers import DefaultRouter
 
+from apps.dashboards.views import home_view
 from apps.fleet.api import GpuViewSet, MaintenanceWindowViewSet, NodeViewSet
 from apps.reservations.api import (
     AvailabilityTimelineView,
     AvailabilityView,
     ReservationViewSet,
 )
-from apps.reservations.views import quota_admin_view
 from apps.sso.views import PortalLogoutView
 from apps.teams.api import QuotaViewSet, TeamViewSet
-from apps.teams.views import home_view
+from apps.teams.views import quota_admin_view
 from apps.telemetry.api import GpuTelemetryView, IdleView
 from portal import views
 

@@ -9,8 +9,10 @@ from django.shortcuts import render
 
 from apps.dashboards import figures, selectors
 from apps.fleet.models import GpuModel
+from apps.fleet.selectors import fleet_summary
 from apps.teams.models import Team
 from apps.teams.permissions import is_platform_admin
+from apps.teams.selectors import user_memberships
 
 PAGES = [
     ("utilization", "Utilization"),
@@ -65,3 +67,16 @@ def fleet_view(request):
     if not is_platform_admin(request.user):
         raise PermissionDenied("Only platform admins see fleet health.")
     return _render(request, "fleet", figures.fleet)
+
+
+@login_required
+def home_view(request):
+    return render(
+        request,
+        "dashboards/home.html",
+        {
+            "memberships": user_memberships(user=request.user),
+            "fleet": fleet_summary(),
+            "summary": selectors.home_summary(request.user),
+        },
+    )

@@ -7,8 +7,11 @@ class ReservationsConfig(AppConfig):
     verbose_name = "Reservations"
 
     def ready(self) -> None:
+        from apps.reservations.selectors import quota_usage
         from apps.reservations.services import reservations_relocate_off_gpus
         from portal import hooks
 
         # Fleet takes GPUs out of service; the bookings on them move.
         hooks.subscribe("gpus.leaving_service", reservations_relocate_off_gpus)
+        # Quota tables (teams) show what the team's bookings use.
+        hooks.subscribe("quota.usage", quota_usage)

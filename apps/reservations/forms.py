@@ -1,12 +1,10 @@
 from datetime import UTC, timedelta
 
 from django import forms
-from django.core.exceptions import ValidationError
 from django.utils import timezone
 
 from apps.fleet.models import GpuModel
 from apps.teams.models import Team
-from apps.teams.services import quota_numbers_check
 
 
 class LocalDateTimeField(forms.DateTimeField):
@@ -61,25 +59,3 @@ class ExtendForm(forms.Form):
 
 class CancelForm(forms.Form):
     reason = forms.CharField(max_length=2000, required=False)
-
-
-class QuotaForm(forms.Form):
-    team = forms.ModelChoiceField(queryset=Team.objects.all(), to_field_name="slug")
-    gpu_model = forms.ModelChoiceField(
-        queryset=GpuModel.objects.all(),
-        to_field_name="name",
-        required=False,
-        empty_label="any model",
-    )
-    guaranteed = forms.IntegerField(min_value=0, max_value=1_000_000)
-    limit = forms.IntegerField(min_value=0, max_value=1_000_000)
-
-    def clean(self):
-        data = super().clean()
-        guaranteed, limit = data.get("guaranteed"), data.get("limit")
-        if guaranteed is not None and limit is not None:
-            try:
-                quota_numbers_check(guaranteed=guaranteed, limit=limit)
-            except ValidationError as invalid:
-                self.add_error(None, invalid)
-        return data

@@ -362,16 +362,12 @@ def team_booked_intervals(
     return [(max(s, start), min(e, end), 1) for s, e in rows.values_list("start", "end")]
 
 
-def quota_usage_table(
-    *, teams: QuerySet[Team] | None = None, now: datetime | None = None
-) -> list[dict]:
-    """Per quota row: guaranteed, limit, GPUs in use now, peak booked over the next 7 days."""
+def quota_usage(*, quotas, now: datetime | None = None) -> dict[int, dict]:
+    """Per quota (by id): GPUs its team's bookings hold now, and the peak booked over the next
+    7 days. Answers the `quota.usage` hook of teams' quota tables."""
     now = now or timezone.now()
     week = now + timedelta(days=7)
-    quotas = Quota.objects.select_related("team", "gpu_model")
-    if teams is not None:
-        quotas = quotas.filter(team__in=teams)
-    rows = []
+    usage = {}
     for quota in quotas:
         model = quota.gpu_model
         in_use = len(
@@ -382,36 +378,8 @@ def quota_usage_table(
         booked = peak_concurrent(
             team_booked_intervals(team=quota.team, start=now, end=week, gpu_model=model)
         )
-        rows.append(
-            {
-                "quota": quota,
-                "team": quota.team,
-                "gpu_model": model,
-                "guaranteed": quota.guaranteed,
-                "limit": quota.limit,
-                "in_use": in_use,
-                "booked_7d": booked,
-                "left": max(quota.limit - booked, 0),
-            }
-        )
-    return rows
-
-
-def guarantee_pressure() -> list[dict]:
-    """Per GPU model: sum of guarantees vs healthy capacity (a warning when over-committed)."""
-    result = []
-    for model in GpuModel.objects.order_by("name"):
-        guaranteed = sum(Quota.objects.filter(gpu_model=model).values_list("guaranteed", flat=True))
-        capacity = Gpu.objects.schedulable().filter(model=model, mig_parent__isnull=True).count()
-        result.append(
-            {
-                "gpu_model": model,
-                "guaranteed": guaranteed,
-                "capacity": capacity,
-                "overcommitted": guaranteed > capacity,
-            }
-        )
-    return result
+        usage[quota.pk] = {"in_use": in_use, "booked_7d": booked}
+    return usage
 
 
 def open_reservations_on_gpus(*, gpu_ids, now: datetime) -> QuerySet[ReservationGpu]:

@@ -3,25 +3,20 @@ from datetime import timedelta
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
-from django.forms.utils import pretty_name
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
-from apps.audit.selectors import audit_event_list
 from apps.fleet.models import GpuModel
 from apps.reservations import selectors, services
 from apps.reservations.availability import round_up_to_slot
 from apps.reservations.choices import OPEN_STATUSES, ReservationStatus
-from apps.reservations.forms import CancelForm, ExtendForm, QuotaForm, ReservationForm
+from apps.reservations.forms import CancelForm, ExtendForm, ReservationForm
 from apps.reservations.policy import BookingPolicy
 from apps.teams.models import Team
-from apps.teams.permissions import is_finance, is_platform_admin
-from apps.teams.services import quota_set
 from portal.exceptions import ApplicationError, show_on_form
-from portal.formatting import format_count
 
 WHEN = {
     "upcoming": ("Upcoming", [ReservationStatus.SCHEDULED]),
@@ -205,77 +200,3 @@ def team_calendar_view(request, slug: str):
             (day_start.date(), [r for r in reservations if r.start < day_end and r.end > day_start])
         )
     return render(request, "reservations/team_calendar.html", {"team": team, "days": days})
-
-
-def _posted_quota(form: QuotaForm, rows: list[dict]) -> dict | None:
-    """Put a refused quota edit back where it was typed: on its row of the table, or (for a
-    new quota) on the add form. Returns what the add form shows, or None."""
-    posted = {
-        "team": form.data.get("team", ""),
-        "gpu_model": form.data.get("gpu_model", ""),
-        "guaranteed": form.data.get("guaranteed", ""),
-        "limit": form.data.get("limit", ""),
-        "errors": [
-            error if field == "__all__" else f"{pretty_name(field)}: {error}"
-            for field, errors in form.errors.items()
-            for error in errors
-        ],
-    }
-    for row in rows:
-        model = row["gpu_model"].name if row["gpu_model"] else ""
-        if row["team"].slug == posted["team"] and model == posted["gpu_model"]:
-            row["posted"] = posted
-            return None
-    return posted
-
-
-@login_required
-def quota_admin_view(request):
-    """Platform admins edit quotas inline; finance reads. Over-committed guarantees warn."""
-    can_edit = is_platform_admin(request.user)
-    if not (can_edit or is_finance(request.user)):
-        raise PermissionDenied("Only platform admins and finance can see all quotas.")
-    form = QuotaForm(request.POST or None)
-    if request.method == "POST":
-        if not can_edit:
-            raise PermissionDenied("Only platform admins may change quotas.")
-        if form.is_valid():
-            data = form.cleaned_data
-            try:
-                quota_set(
-                    team=data["team"],
-                    gpu_model=data["gpu_model"],
-                    guaranteed=data["guaranteed"],
-                    limit=data["limit"],
-                    actor=request.user,
-                )
-            except (ApplicationError, ValidationError) as error:
-                show_on_form(form, error)
-            else:
-                messages.success(request, f"Quota of {data['team'].slug} saved.")
-                return redirect("quotas")
-    rows = selectors.quota_usage_table()
-    new_posted = _posted_quota(form, rows) if form.is_bound and form.errors else None
-    pressure = selectors.guarantee_pressure()
-    for row in pressure:
-        if row["overcommitted"]:
-            messages.warning(
-                request,
-                f"Guarantees for {row['gpu_model'].name} add up to "
-                f"{format_count(row['guaranteed'], 'GPU')}, "
-                f"more than the {row['capacity']} healthy ones: not every guarantee can be met.",
-            )
-    return render(
-        request,
-        "reservations/quota_admin.html",
-        {
-            "rows": rows,
-            "new_posted": new_posted,
-            "form": form,
-            "can_edit": can_edit,
-            "pressure": pressure,
-            "teams": Team.objects.order_by("slug"),
-            "gpu_models": GpuModel.objects.order_by("name"),
-            "history": audit_event_list(object_type="teams.quota")[:20],
-        },
-    )

@@ -1,7 +1,10 @@
 from django import forms
+from django.core.exceptions import ValidationError
 
+from apps.fleet.models import GpuModel
 from apps.teams.choices import TeamRole
-from apps.teams.models import User
+from apps.teams.models import Team, User
+from apps.teams.services import quota_numbers_check
 
 
 class MembershipAddForm(forms.Form):
@@ -18,3 +21,25 @@ class MembershipAddForm(forms.Form):
 
 class MembershipRoleForm(forms.Form):
     role = forms.ChoiceField(choices=TeamRole.choices)
+
+
+class QuotaForm(forms.Form):
+    team = forms.ModelChoiceField(queryset=Team.objects.all(), to_field_name="slug")
+    gpu_model = forms.ModelChoiceField(
+        queryset=GpuModel.objects.all(),
+        to_field_name="name",
+        required=False,
+        empty_label="any model",
+    )
+    guaranteed = forms.IntegerField(min_value=0, max_value=1_000_000)
+    limit = forms.IntegerField(min_value=0, max_value=1_000_000)
+
+    def clean(self):
+        data = super().clean()
+        guaranteed, limit = data.get("guaranteed"), data.get("limit")
+        if guaranteed is not None and limit is not None:
+            try:
+                quota_numbers_check(guaranteed=guaranteed, limit=limit)
+            except ValidationError as invalid:
+                self.add_error(None, invalid)
+        return data

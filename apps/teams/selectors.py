@@ -1,6 +1,11 @@
-from django.db.models import Count, QuerySet
+from datetime import datetime
 
-from apps.teams.models import Membership, Team
+from django.db.models import Count, QuerySet
+from django.utils import timezone
+
+from apps.fleet.models import Gpu, GpuModel
+from apps.teams.models import Membership, Quota, Team
+from portal import hooks
 
 
 def team_list(*, user) -> QuerySet[Team]:
@@ -17,3 +22,49 @@ def team_members(*, team: Team) -> QuerySet[Membership]:
 
 def user_memberships(*, user) -> QuerySet[Membership]:
     return Membership.objects.filter(user=user).select_related("team")
+
+
+def quota_table(*, teams=None, now: datetime | None = None) -> list[dict]:
+    """Per quota row: guaranteed, limit, GPUs in use now, peak booked over the next 7 days and
+    what is left. Use comes from the `quota.usage` hook (reservations answers it), so teams
+    needs nothing from the layers above it."""
+    quotas = list(Quota.objects.select_related("team", "gpu_model"))
+    if teams is not None:
+        wanted = {team.pk for team in teams}
+        quotas = [quota for quota in quotas if quota.team_id in wanted]
+    usage: dict[int, dict] = {}
+    for answer in hooks.emit("quota.usage", quotas=quotas, now=now or timezone.now()):
+        usage.update(answer)
+    rows = []
+    for quota in quotas:
+        used = usage.get(quota.pk, {"in_use": 0, "booked_7d": 0})
+        rows.append(
+            {
+                "quota": quota,
+                "team": quota.team,
+                "gpu_model": quota.gpu_model,
+                "guaranteed": quota.guaranteed,
+                "limit": quota.limit,
+                "in_use": used["in_use"],
+                "booked_7d": used["booked_7d"],
+                "left": max(quota.limit - used["booked_7d"], 0),
+            }
+        )
+    return rows
+
+
+def guarantee_pressure() -> list[dict]:
+    """Per GPU model: sum of guarantees vs healthy capacity (a warning when over-committed)."""
+    result = []
+    for model in GpuModel.objects.order_by("name"):
+        guaranteed = sum(Quota.objects.filter(gpu_model=model).values_list("guaranteed", flat=True))
+        capacity = Gpu.objects.schedulable().filter(model=model, mig_parent__isnull=True).count()
+        result.append(
+            {
+                "gpu_model": model,
+                "guaranteed": guaranteed,
+                "capacity": capacity,
+                "overcommitted": guaranteed > capacity,
+            }
+        )
+    return result

@@ -1,30 +1,20 @@
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.forms.utils import pretty_name
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
-from apps.dashboards.selectors import home_summary
-from apps.fleet.selectors import fleet_summary
-from apps.reservations.selectors import quota_usage_table
+from apps.audit.selectors import audit_event_list
+from apps.fleet.models import GpuModel
 from apps.teams import selectors, services
 from apps.teams.choices import TeamRole
-from apps.teams.forms import MembershipAddForm, MembershipRoleForm
+from apps.teams.forms import MembershipAddForm, MembershipRoleForm, QuotaForm
 from apps.teams.models import Team
-from apps.teams.permissions import can_manage_team
-from portal.exceptions import ApplicationError
-
-
-@login_required
-def home_view(request):
-    return render(
-        request,
-        "teams/home.html",
-        {
-            "memberships": selectors.user_memberships(user=request.user),
-            "fleet": fleet_summary(),
-            "summary": home_summary(request.user),
-        },
-    )
+from apps.teams.permissions import can_manage_team, is_finance, is_platform_admin
+from apps.teams.services import quota_set
+from portal.exceptions import ApplicationError, show_on_form
+from portal.formatting import format_count
 
 
 @login_required
@@ -61,7 +51,7 @@ def team_detail_view(request, slug: str):
             "can_manage": can_manage,
             "form": form,
             "roles": TeamRole.choices,
-            "quota_rows": quota_usage_table(teams=Team.objects.filter(pk=team.pk)),
+            "quota_rows": selectors.quota_table(teams=[team]),
         },
     )
 
@@ -99,3 +89,78 @@ def membership_role_view(request, slug: str, username: str):
     else:
         messages.success(request, f"{username} is now {membership.get_role_display().lower()}.")
     return redirect("teams:team-detail", slug=team.slug)
+
+
+def _posted_quota(form: QuotaForm, rows: list[dict]) -> dict | None:
+    """Put a refused quota edit back where it was typed: on its row of the table, or (for a
+    new quota) on the add form. Returns what the add form shows, or None."""
+    posted = {
+        "team": form.data.get("team", ""),
+        "gpu_model": form.data.get("gpu_model", ""),
+        "guaranteed": form.data.get("guaranteed", ""),
+        "limit": form.data.get("limit", ""),
+        "errors": [
+            error if field == "__all__" else f"{pretty_name(field)}: {error}"
+            for field, errors in form.errors.items()
+            for error in errors
+        ],
+    }
+    for row in rows:
+        model = row["gpu_model"].name if row["gpu_model"] else ""
+        if row["team"].slug == posted["team"] and model == posted["gpu_model"]:
+            row["posted"] = posted
+            return None
+    return posted
+
+
+@login_required
+@login_required
+def quota_admin_view(request):
+    """Platform admins edit quotas inline; finance reads. Over-committed guarantees warn."""
+    can_edit = is_platform_admin(request.user)
+    if not (can_edit or is_finance(request.user)):
+        raise PermissionDenied("Only platform admins and finance can see all quotas.")
+    form = QuotaForm(request.POST or None)
+    if request.method == "POST":
+        if not can_edit:
+            raise PermissionDenied("Only platform admins may change quotas.")
+        if form.is_valid():
+            data = form.cleaned_data
+            try:
+                quota_set(
+                    team=data["team"],
+                    gpu_model=data["gpu_model"],
+                    guaranteed=data["guaranteed"],
+                    limit=data["limit"],
+                    actor=request.user,
+                )
+            except (ApplicationError, ValidationError) as error:
+                show_on_form(form, error)
+            else:
+                messages.success(request, f"Quota of {data['team'].slug} saved.")
+                return redirect("quotas")
+    rows = selectors.quota_table()
+    new_posted = _posted_quota(form, rows) if form.is_bound and form.errors else None
+    pressure = selectors.guarantee_pressure()
+    for row in pressure:
+        if row["overcommitted"]:
+            messages.warning(
+                request,
+                f"Guarantees for {row['gpu_model'].name} add up to "
+                f"{format_count(row['guaranteed'], 'GPU')}, "
+                f"more than the {row['capacity']} healthy ones: not every guarantee can be met.",
+            )
+    return render(
+        request,
+        "teams/quota_admin.html",
+        {
+            "rows": rows,
+            "new_posted": new_posted,
+            "form": form,
+            "can_edit": can_edit,
+            "pressure": pressure,
+            "teams": Team.objects.order_by("slug"),
+            "gpu_models": GpuModel.objects.order_by("name"),
+            "history": audit_event_list(object_type="teams.quota")[:20],
+        },
+    )
