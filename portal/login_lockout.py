@@ -1,6 +1,16 @@
-"""What a locked-out login sees (django-axes' AXES_LOCKOUT_CALLABLE)."""
+"""Login lockouts: the two limits (django-axes' AXES_HANDLER) and what a locked-out login sees
+(AXES_LOCKOUT_CALLABLE).
 
+Axes locks a (username, address) pair after AXES_FAILURE_LIMIT failures. Password spraying
+(one or two guesses for each of many usernames) never reaches that, so an address is locked for
+every username after LOGIN_ADDRESS_FAILURE_LIMIT failures in the same cool-off window.
+"""
+
+from axes.attempts import get_cool_off_threshold
+from axes.handlers.database import AxesDatabaseHandler
+from axes.models import AccessAttempt
 from django.conf import settings
+from django.db.models import Sum
 from django.http import JsonResponse
 from django.shortcuts import render
 
@@ -9,17 +19,36 @@ from portal.request_limits import API_PREFIX, error_body
 LOCKOUT_STATUS = 429
 
 
-def lockout_message() -> str:
+class PortalAxesHandler(AxesDatabaseHandler):
+    def get_failures(self, request, credentials=None) -> int:
+        """Failures of the pair, or of the address scaled onto the pair's limit when that is
+        nearer its own limit: axes compares one number with AXES_FAILURE_LIMIT."""
+        pair = super().get_failures(request, credentials)
+        address_limit = settings.LOGIN_ADDRESS_FAILURE_LIMIT
+        if not address_limit:
+            return pair
+        address = (
+            AccessAttempt.objects.filter(
+                ip_address=request.axes_ip_address,
+                attempt_time__gte=get_cool_off_threshold(request),
+            ).aggregate(n=Sum("failures_since_start"))["n"]
+            or 0
+        )
+        request.portal_address_locked = address >= address_limit
+        return max(pair, address * settings.AXES_FAILURE_LIMIT // address_limit)
+
+
+def lockout_message(*, whole_address: bool = False) -> str:
     minutes = int(settings.AXES_COOLOFF_TIME.total_seconds() // 60)
+    who = "from your address" if whole_address else "for this user from your address"
     return (
-        f"Too many failed log-ins for this user from your address: log-in is locked for "
-        f"{minutes} minutes after the last attempt, even with the right password. Wait, or ask "
-        "a platform admin to unlock it."
+        f"Too many failed log-ins {who}: log-in is locked for {minutes} minutes after the "
+        "last attempt, even with the right password. Wait, or ask a platform admin to unlock it."
     )
 
 
 def lockout_response(request, original_response=None, credentials=None):
-    message = lockout_message()
+    message = lockout_message(whole_address=getattr(request, "portal_address_locked", False))
     wants_json = request.path.startswith(API_PREFIX) or (
         request.headers.get("x-requested-with") == "XMLHttpRequest"
     )

@@ -151,7 +151,8 @@ LOGOUT_REDIRECT_URL = "login"
 # --- Login throttling (django-axes) ---------------------------------------------------------
 # A username that fails LOGIN_FAILURE_LIMIT times from one address is locked out there for
 # LOGIN_LOCKOUT_MINUTES (the right password is refused too, with a message); the same user
-# elsewhere and other users at that address are not. Each lockout is an audit event.
+# elsewhere and other users at that address are not, until the address itself reaches
+# LOGIN_ADDRESS_FAILURE_LIMIT. Each lockout is an audit event.
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
     "django.contrib.auth.backends.ModelBackend",
@@ -161,6 +162,10 @@ AXES_COOLOFF_TIME = timedelta(minutes=env.int("LOGIN_LOCKOUT_MINUTES", default=1
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_CALLABLE = "portal.login_lockout.lockout_response"
+# Password spraying: an address with this many failures (any usernames) in the window is locked
+# for everyone; 0 turns it off.
+AXES_HANDLER = "portal.login_lockout.PortalAxesHandler"
+LOGIN_ADDRESS_FAILURE_LIMIT = env.int("LOGIN_ADDRESS_FAILURE_LIMIT", default=50)
 # Keep the attempts table small: successful logins are not logged (the session table has them).
 AXES_DISABLE_ACCESS_LOG = True
 AXES_VERBOSE = False

@@ -78,6 +78,7 @@ def test_a_lockout_is_audited_once(alice):
     assert event.after["ip_address"] == ATTACKER
     assert event.after["username"] == "alice"
     assert event.after["failures"] == settings.AXES_FAILURE_LIMIT
+    assert event.after["scope"] == "user"
 
 
 def test_a_lockout_of_an_unknown_username_is_audited_too():
@@ -156,3 +157,31 @@ def test_failed_token_attempts_are_throttled_per_address(alice):
 def test_good_tokens_do_not_count_as_failures(alice):
     good = Token.objects.create(user=alice).key
     assert [api_get(good).status_code for _ in range(6)] == [200] * 6
+
+
+# --- password spraying ----------------------------------------------------------------------
+
+
+@override_settings(LOGIN_ADDRESS_FAILURE_LIMIT=20)
+def test_spraying_many_usernames_from_one_address_locks_the_address(alice):
+    UserFactory(username="bob")
+    # Two guesses each for fifteen names: no pair comes near its limit of ten.
+    for n in range(15):
+        for guess in ("Winter2026!", "Password1"):
+            log_in(guess, username=f"staff{n}")
+    client, response = log_in(TEST_PASSWORD, username="bob")
+    assert response.status_code == 429 and not logged_in(client)
+    assert "Too many failed log-ins from your address" in response.content.decode()
+    # The same users elsewhere are not affected.
+    client, response = log_in(TEST_PASSWORD, username="bob", address=ELSEWHERE)
+    assert response.status_code == 302 and logged_in(client)
+    [event] = AuditEvent.objects.filter(action=LOGIN_LOCKED_OUT)
+    assert event.after["scope"] == "address" and event.after["ip_address"] == ATTACKER
+
+
+@override_settings(LOGIN_ADDRESS_FAILURE_LIMIT=20)
+def test_an_address_under_its_limit_keeps_logging_in(alice):
+    for n in range(19):
+        log_in("wrong", username=f"typo{n}")
+    client, response = log_in(TEST_PASSWORD)
+    assert response.status_code == 302 and logged_in(client)
