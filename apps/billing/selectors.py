@@ -112,3 +112,18 @@ def daily_spend(*, team, period: BillingPeriod) -> list[tuple]:
         .order_by("day")
     )
     return [(row["day"], row["total"]) for row in rows]
+
+
+def price_gpu_hours(*, hours_by_model: dict, at) -> Decimal | None:
+    """List price of GPU-hours per model {model name: (hours, of which over quota)} at the
+    rates in force at `at`, over-quota hours at the multiplier; None when a model has no rate
+    card. Answers the `gpu_hours.price` hook (the what-if page)."""
+    total = Decimal(0)
+    for model, (hours, over) in hours_by_model.items():
+        card = rate_card_at(gpu_model_name=model, at=at)
+        if card is None:
+            return None
+        premium = card.over_quota_multiplier - 1
+        total += Decimal(str(hours)) * card.price_per_gpu_hour
+        total += Decimal(str(over)) * card.price_per_gpu_hour * premium
+    return total.quantize(Decimal("0.01"))

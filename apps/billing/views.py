@@ -166,7 +166,9 @@ def budgets_view(request):
     rows = [
         {
             **selectors.burn_down(team=team, period=period, now=now),
-            "alerts": selectors.budget_alerts_for_teams([team.pk]).filter(budget__period_id=period.pk),
+            "alerts": selectors.budget_alerts_for_teams([team.pk]).filter(
+                budget__period_id=period.pk
+            ),
         }
         for team in teams
     ]

@@ -8,12 +8,12 @@ from decimal import Decimal
 
 from django.conf import settings
 
-from apps.billing.selectors import rate_card_at
 from apps.fleet.models import Gpu
 from apps.jobs.models import Job
 from apps.jobs.scheduler.replay import ReplayResult, TraceJob, simulate
 from apps.jobs.scheduler.state import GpuInfo, TeamQuota
 from apps.teams.models import Quota
+from portal import hooks
 
 WINDOWS = {"7d": timedelta(days=7), "30d": timedelta(days=30)}
 # Fewer jobs than this say nothing about how quotas shape waits; the page says so instead of
@@ -75,17 +75,11 @@ def _team_quotas(proposals: list[QuotaProposal]) -> list[TeamQuota]:
 
 
 def _cost(result: ReplayResult, team: str, at: datetime) -> Decimal | None:
-    """List price of the team's replayed GPU-hours, over-quota hours at the multiplier; None
-    when some model has no rate card."""
-    total = Decimal(0)
-    for model, (hours, over) in result.team_model_gpu_hours.get(team, {}).items():
-        card = rate_card_at(gpu_model_name=model, at=at)
-        if card is None:
-            return None
-        premium = card.over_quota_multiplier - 1
-        total += Decimal(str(hours)) * card.price_per_gpu_hour
-        total += Decimal(str(over)) * card.price_per_gpu_hour * premium
-    return total.quantize(Decimal("0.01"))
+    """Price of the team's replayed GPU-hours, from whoever answers the `gpu_hours.price` hook
+    (billing: rate cards, over-quota hours at the multiplier); None without prices."""
+    hours = result.team_model_gpu_hours.get(team, {})
+    answers = [a for a in hooks.emit("gpu_hours.price", hours_by_model=hours, at=at) if a]
+    return answers[0] if answers else None
 
 
 def what_if(
