@@ -12,7 +12,7 @@ export DEMO_PASSWORD
 help:
 	@echo "make demo   - run the portal with SQLite, an embedded broker and a simulated fleet"
 	@echo "make test   - run the full test suite on local PostgreSQL and Redis"
-	@echo "make lint   - ruff check and format check"
+	@echo "make lint   - ruff check, format check and the app layers (import-linter)"
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -50,6 +50,7 @@ test: $(VENV)/.installed-test
 lint: $(VENV)/.installed-test
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports
 
 clean-demo:
 	rm -rf var/portal.sqlite3* var/broker
