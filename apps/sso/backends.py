@@ -67,6 +67,12 @@ class PortalOIDCBackend(OIDCAuthenticationBackend):
             raise SuspiciousOperation("No single published key matches the ID token.")
         return jwt.PyJWK(keys[0], algorithm=self.OIDC_RP_SIGN_ALGO)
 
+    def get_user(self, user_id):
+        # The library's get_user skips Django's is_active check: a deactivated user's open
+        # session would go on working.
+        user = super().get_user(user_id)
+        return user if user is not None and self.user_can_authenticate(user) else None
+
     def authenticate(self, request, **kwargs):
         if not settings.SSO_ENABLED:
             return None

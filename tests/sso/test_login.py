@@ -152,10 +152,13 @@ def test_missing_email_claim_is_refused_with_a_clear_page(sso, teams):
     assert not User.objects.filter(username="eve").exists()
 
 
-def test_deactivated_user_cannot_sign_in(sso, teams):
+def test_deactivated_user_cannot_sign_in_and_loses_an_open_session(sso, teams):
     sso.set_user("sub-carol", claims(groups=["gpu-vision"]))
-    sign_in(Client(), sso, "sub-carol")
+    signed_in = Client()
+    sign_in(signed_in, sso, "sub-carol")
+    assert signed_in.get("/").wsgi_request.user.username == "carol"
     User.objects.filter(username="carol").update(is_active=False)
+    assert not signed_in.get("/").wsgi_request.user.is_authenticated
     client = Client()
     refused(sign_in(client, sso, "sub-carol"), "account_disabled", status=403)
     assert not client.get("/").wsgi_request.user.is_authenticated
@@ -194,7 +197,7 @@ def _claims_of(id_token: str) -> dict:
     return jwt.decode(id_token, options={"verify_signature": False})
 
 
-def test_id_token_with_a_bad_signature_is_refused(sso, teams, token_relay):
+def test_id_token_with_a_bad_signature_is_refused_and_logged(sso, teams, token_relay, caplog):
     forger = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     pem = forger.private_bytes(
         serialization.Encoding.PEM,
@@ -210,7 +213,9 @@ def test_id_token_with_a_bad_signature_is_refused(sso, teams, token_relay):
     token_relay.tamper = forge
     sso.set_user("sub-carol", claims())
     client = Client()
-    refused(sign_in(client, sso, "sub-carol"), "bad_signature")
+    with caplog.at_level("WARNING", logger="apps.sso"):
+        refused(sign_in(client, sso, "sub-carol"), "bad_signature")
+    assert "sso sign-in refused: bad_signature" in caplog.text
     assert not User.objects.filter(username="carol").exists()
     assert not client.get("/").wsgi_request.user.is_authenticated
 
