@@ -5,6 +5,7 @@ from decimal import Decimal
 
 import pytest
 from django.db import IntegrityError, transaction
+from django.test import Client
 from django.utils import timezone
 
 from apps.billing.choices import ChargeSource
@@ -143,6 +144,13 @@ def test_waiting_job_says_slurms_reason_in_portal_words_and_when_it_should_start
     # Slurm expects it to start when the 8-GPU job's time limit runs out.
     big_end = big.started_at + timedelta(seconds=300)
     assert abs((waiting.estimated_start - big_end).total_seconds()) <= 90
+
+    # The job's page says it in the same words, with the start Slurm expects.
+    client = Client()
+    client.force_login(slurm.member)
+    page = client.get(f"/jobs/{waiting.pk}/").content.decode()
+    assert PENDING_REASONS[waiting.pending_reason] in page
+    assert "Estimated start:" in page
 
 
 def test_job_over_the_teams_slurm_limit_waits_with_the_quota_sentence(slurm):
