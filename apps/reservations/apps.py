@@ -7,8 +7,8 @@ class ReservationsConfig(AppConfig):
     verbose_name = "Reservations"
 
     def ready(self) -> None:
+        from apps.reservations.relocation import reservations_relocate_off_gpus
         from apps.reservations.selectors import quota_usage
-        from apps.reservations.services import reservations_relocate_off_gpus
         from portal import hooks
 
         # Fleet takes GPUs out of service; the bookings on them move.

@@ -1,4 +1,5 @@
-"""Reservation lifecycle: book, cancel, extend, release, relocate off drained GPUs.
+"""Booking rules: book, cancel, extend, release (relocation.py moves bookings off GPUs that
+leave service; lifecycle.py starts, ends and reminds them by the clock).
 
 Invariants held here:
 - no GPU is held twice at once: on PostgreSQL by an exclusion constraint (a lost race is
@@ -298,7 +299,7 @@ def _lock(reservation: Reservation) -> Reservation:
     )
 
 
-def _end_holdings_at(reservation: Reservation, moment: datetime) -> None:
+def end_holdings_at(reservation: Reservation, moment: datetime) -> None:
     """Give back everything after `moment`: future holdings go, running ones are cut short."""
     holdings = reservation.holdings.filter(active=True, end__gt=moment)
     holdings.filter(start__gte=moment).update(active=False)
@@ -340,7 +341,7 @@ def reservation_cancel(*, reservation: Reservation, actor, reason: str = "") -> 
         raise ValidationError({"reason": "Say why you cancel another team's booking."})
     now = timezone.now()
     before = {"status": reservation.status}
-    _end_holdings_at(reservation, max(now, reservation.start))
+    end_holdings_at(reservation, max(now, reservation.start))
     reservation.status = ReservationStatus.CANCELLED
     reservation.ended_at = now
     reservation.end_reason = reason
@@ -434,7 +435,7 @@ def reservation_release(*, reservation: Reservation, reason: str, actor=None) ->
         )
     now = timezone.now()
     remaining = max(reservation.end - now, timedelta(0))
-    _end_holdings_at(reservation, now)
+    end_holdings_at(reservation, now)
     reservation.status = ReservationStatus.RELEASED
     reservation.ended_at = now
     reservation.end_reason = reason
@@ -460,134 +461,3 @@ def reservation_release(*, reservation: Reservation, reason: str, actor=None) ->
         f"{reservation} was released early: {reason}\n",
     )
     return reservation
-
-
-def reservations_relocate_off_gpus(
-    *, gpu_ids: list[int], actor, during: tuple[datetime, datetime] | None = None
-) -> dict:
-    """After GPUs leave service (for good, or `during` a maintenance window): move each open
-    booking's remaining time on them to another free GPU of its model; tell the team when none
-    is free. Returns what moved and what could not."""
-    now = timezone.now()
-    report: dict[str, list[dict]] = {"moved": [], "unresolved": []}
-    lost: dict[int, tuple[Reservation, list[str]]] = {}
-    affected = selectors.open_reservations_on_gpus(gpu_ids=gpu_ids, now=now)
-    if during is not None:
-        affected = affected.filter(start__lt=during[1], end__gt=during[0])
-    for holding in affected.order_by("start", "id"):
-        reservation = holding.reservation
-        # whole minutes, so the cut-off holding and its replacement meet exactly
-        window_start = availability.from_epoch(
-            availability.ceil_to_grid(availability.to_epoch_ceil(max(holding.start, now)), 60)
-        )
-        free = (
-            [
-                g
-                for g in selectors.schedulable_gpus(
-                    gpu_model=reservation.gpu_model, free_from=window_start, free_until=holding.end
-                )
-                if g.id not in gpu_ids
-            ]
-            if window_start < holding.end
-            else []
-        )
-        entry = {
-            "reservation": reservation.pk,
-            "team": reservation.team.slug,
-            "gpu": str(holding.gpu),
-        }
-        if not free:
-            report["unresolved"].append(entry)
-            lost.setdefault(reservation.pk, (reservation, []))[1].append(str(holding.gpu))
-            continue
-        replacement = availability.pick_gpus(free, 1, same_node=False)[0]
-        with transaction.atomic():
-            if holding.start < window_start:
-                ReservationGpu.objects.filter(pk=holding.pk).update(end=window_start)
-            else:
-                ReservationGpu.objects.filter(pk=holding.pk).update(active=False)
-            ReservationGpu.objects.create(
-                reservation=reservation, gpu_id=replacement.id, start=window_start, end=holding.end
-            )
-        entry["moved_to"] = f"{replacement.node}/gpu{replacement.index}"
-        report["moved"].append(entry)
-        audit_record(
-            actor=actor,
-            action="reservation.relocate",
-            target=reservation,
-            before={"gpu": entry["gpu"]},
-            after={"gpu": entry["moved_to"]},
-            reason="GPU taken out of service",
-        )
-    _notify_moved(report["moved"])
-    for reservation, gpus in lost.values():
-        notify_team(
-            reservation,
-            f"GPU reservation #{reservation.pk} lost {len(gpus)} GPU(s)",
-            f"{', '.join(gpus)} left service and no other {reservation.gpu_model.name} GPU is "
-            f"free until {reservation.end:%Y-%m-%d %H:%M} UTC. Your booking keeps the rest.\n",
-        )
-    return report
-
-
-def _notify_moved(moved: list[dict]) -> None:
-    """Tell each moved booking's team where its GPUs are now: one mail per reservation."""
-    by_reservation: dict[int, list[dict]] = {}
-    for entry in moved:
-        by_reservation.setdefault(entry["reservation"], []).append(entry)
-    reservations = Reservation.objects.select_related("created_by", "gpu_model").in_bulk(
-        list(by_reservation)
-    )
-    for pk, entries in by_reservation.items():
-        reservation = reservations[pk]
-        nodes = sorted({entry["moved_to"].split("/", 1)[0] for entry in entries})
-        lines = "".join(f"  {entry['gpu']} -> {entry['moved_to']}\n" for entry in entries)
-        notify_team(
-            reservation,
-            f"GPU reservation #{pk} moved to {', '.join(nodes)}",
-            f"{len(entries)} GPU(s) of your booking #{pk} ({reservation.gpu_model.name}, "
-            f"{reservation.start:%Y-%m-%d %H:%M} - {reservation.end:%Y-%m-%d %H:%M} UTC) left "
-            f"service, so the booking now uses other GPUs of the same model:\n{lines}"
-            "Point your jobs at the new node; the booking's times are unchanged.\n",
-        )
-
-
-def reservation_lifecycle_tick(*, now: datetime | None = None) -> dict[str, int]:
-    """Advance bookings by the clock: start, finish, remind. Safe to run twice or in parallel."""
-    now = now or timezone.now()
-    policy = BookingPolicy.from_settings()
-    with transaction.atomic():
-        completed = Reservation.objects.filter(status__in=OPEN_STATUSES, end__lte=now).update(
-            status=ReservationStatus.COMPLETED
-        )
-        activated = Reservation.objects.filter(
-            status=ReservationStatus.SCHEDULED, start__lte=now, end__gt=now
-        ).update(status=ReservationStatus.ACTIVE)
-    reminded = 0
-    due = Reservation.objects.filter(
-        status=ReservationStatus.ACTIVE,
-        reminder_sent_at__isnull=True,
-        end__lte=now + policy.reminder_before,
-        end__gt=now,
-    ).values_list("pk", flat=True)
-    for pk in due:
-        with transaction.atomic():
-            reservation = (
-                Reservation.objects.select_for_update(skip_locked=True)
-                .select_related("created_by", "team", "gpu_model")
-                .filter(pk=pk, reminder_sent_at__isnull=True)
-                .first()
-            )
-            if reservation is None:
-                continue
-            reservation.reminder_sent_at = now
-            reservation.save(update_fields=["reminder_sent_at"])
-            minutes = int((reservation.end - now).total_seconds() // 60)
-            outbox_send_mail(
-                subject=f"GPU reservation #{reservation.pk} ends in {minutes} minutes",
-                body=f"{reservation} ends at {reservation.end:%Y-%m-%d %H:%M} UTC. "
-                "Extend it in the portal if you need more time and its GPUs are free.\n",
-                recipients=[reservation.created_by.email],
-            )
-            reminded += 1
-    return {"activated": activated, "completed": completed, "reminded": reminded}

@@ -6,12 +6,9 @@ from django.core import mail
 from django.utils import timezone
 
 from apps.reservations.choices import ReservationStatus
+from apps.reservations.lifecycle import reservation_lifecycle_tick
 from apps.reservations.models import Reservation, ReservationGpu
-from apps.reservations.services import (
-    reservation_create,
-    reservation_lifecycle_tick,
-    reservation_release,
-)
+from apps.reservations.services import reservation_create, reservation_release
 from portal.exceptions import ConflictError
 
 
