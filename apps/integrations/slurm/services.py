@@ -246,6 +246,13 @@ def _apply_waiting(job: Job, entry: QueueEntry, expected: datetime | None) -> No
 
 
 def _apply_running(job: Job, slurm_job: SlurmJob, entry: QueueEntry, now: datetime) -> None:
+    if job.status == JobStatus.RUNNING:
+        # The log is Slurm's output file: its tail follows the job while it runs.
+        tail = _read_tail(slurm_job.output_path) if slurm_job.output_path else None
+        if tail is not None and tail != job.log_tail:
+            job.log_tail = tail
+            job.save(update_fields=["log_tail"])
+        return
     if job.status not in WAITING_STATUSES:
         return
     started = entry.start or now

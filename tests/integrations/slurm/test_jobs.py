@@ -285,3 +285,16 @@ def test_job_not_bound_to_one_node_asks_slurm_for_gpus_per_job(slurm):
     assert "TresPerJob=gres:gpu:h100:2" in shown
     poll_until(job, JobStatus.SUCCEEDED)
     assert job.allocations.count() == 2
+
+
+def test_running_jobs_log_follows_slurms_output_file(slurm):
+    job = submit(slurm, ["/bin/sh", "-c", "echo step one; sleep 300"], runtime=300)
+    poll_until(job, JobStatus.RUNNING)
+
+    def logged():
+        services.jobs_poll()
+        job.refresh_from_db()
+        return "step one" in job.log_tail
+
+    wait_for(logged, what="the output file's tail in the job's log")
+    assert job.status == JobStatus.RUNNING
