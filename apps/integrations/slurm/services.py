@@ -543,6 +543,21 @@ def _submit_user() -> str:
     return settings.SLURM_SUBMIT_USER or getpass.getuser()
 
 
+def limits_drift(team: Team) -> dict | None:
+    """How the team's Slurm account differs from its quotas, without changing anything:
+    {"slurm": {...}, "portal": {...}} (Slurm's side None when it has no account), or None."""
+    current = client().account_limits(team.slug)
+    want, fairshare = desired_limits(team)
+    portal = {"grptres": ",".join(f"{k}={v}" for k, v in sorted(want.items())),
+              "fairshare": str(fairshare)}  # fmt: skip
+    if current is None:
+        return {"slurm": None, "portal": portal}
+    have = {k: v for k, v in parse_tres(current["grptres"]).items() if k.startswith("gres/gpu")}
+    if have == want and current["fairshare"] == str(fairshare):
+        return None
+    return {"slurm": current, "portal": portal}
+
+
 def quota_sync_team(*, team: Team, actor=None, reason: str = "") -> dict | None:
     """Make the team's Slurm account match its quotas: create the account (and the submit
     user's association) if missing, set GrpTRES and Fairshare where they drifted. Idempotent;

@@ -139,3 +139,17 @@ def test_slurm_check_names_what_it_cannot_reach(slurm, settings):
     text = out.getvalue()
     assert "FAIL sbatch runs: sbatch was not found (SLURM_BIN_DIR=/nonexistent)." in text
     assert "FAIL slurmctld answers" in text
+
+
+def test_slurm_check_reports_limits_that_drifted_from_the_quota(slurm):
+    slurm_out(
+        slurm.cluster, "sacctmgr", "-i", "modify", "account", "where", "name=vision", "set",
+        "GrpTRES=gres/gpu:h100=99",
+    )  # fmt: skip
+    out = StringIO()
+    with pytest.raises(CommandError):
+        call_command("slurm_check", stdout=out)
+    assert (
+        "FAIL limits of vision match its quota: Slurm has GrpTRES=gres/gpu:h100=99 Fairshare=4, "
+        "the quota gives GrpTRES=gres/gpu:h100=8 Fairshare=4"
+    ) in out.getvalue()

@@ -67,15 +67,26 @@ class Command(BaseCommand):
         except SlurmError as error:
             report(False, "sinfo", error.reason)
         try:
-            accounts = 0
-            teams = list(Team.objects.filter(is_active=True))
-            for team in teams:
-                accounts += slurm.account_limits(team.slug) is not None
+            teams = list(Team.objects.filter(is_active=True).order_by("slug"))
+            drift = {team.slug: services.limits_drift(team) for team in teams}
+            missing = [slug for slug, d in drift.items() if d and d["slurm"] is None]
             report(
-                accounts == len(teams),
-                f"teams with a Slurm account ({accounts} of {len(teams)})",
-                "" if accounts == len(teams) else "run the slurm.sync task to create them",
+                not missing,
+                f"teams with a Slurm account ({len(teams) - len(missing)} of {len(teams)})",
+                f"missing: {', '.join(missing)}" if missing else "",
             )
+            for slug, d in drift.items():
+                if d and d["slurm"] is not None:
+                    report(
+                        False,
+                        f"limits of {slug} match its quota",
+                        f"Slurm has GrpTRES={d['slurm']['grptres'] or '(none)'} "
+                        f"Fairshare={d['slurm']['fairshare']}, the quota gives "
+                        f"GrpTRES={d['portal']['grptres'] or '(none)'} "
+                        f"Fairshare={d['portal']['fairshare']}",
+                    )
+            if any(drift.values()):
+                self.stdout.write("     the slurm.sync task (every 10 minutes) corrects these")
         except SlurmError as error:
             report(False, "sacctmgr (slurmdbd)", error.reason)
         if problems:
