@@ -298,3 +298,14 @@ def test_running_jobs_log_follows_slurms_output_file(slurm):
 
     wait_for(logged, what="the output file's tail in the job's log")
     assert job.status == JobStatus.RUNNING
+
+
+def test_partition_per_gpu_model_is_passed_and_an_unknown_one_is_refused(slurm, settings):
+    settings.SLURM_PARTITIONS = {slurm.model.name: "gpu"}
+    job = submit(slurm, ["/bin/true"])
+    shown = slurm_out(slurm.cluster, "scontrol", "-o", "show", "job", str(job.slurm.slurm_job_id))
+    assert "Partition=gpu" in shown
+
+    settings.SLURM_PARTITIONS = {slurm.model.name: "nosuch"}
+    with pytest.raises(services.SlurmRefused, match="invalid partition"), transaction.atomic():
+        submit(slurm, ["/bin/true"])
