@@ -1,0 +1,82 @@
+"""The figures of the role home pages."""
+
+from collections import defaultdict
+from datetime import datetime
+
+from django.conf import settings
+from django.db.models import Count
+from django.utils import timezone
+
+from apps.dashboards.selectors.filters import UNALLOCATED, parse_filters
+from apps.dashboards.selectors.fleet import quota_pressure
+from apps.dashboards.selectors.idle import gpu_states_now
+from apps.reservations.choices import OPEN_STATUSES
+from apps.reservations.models import Reservation
+from apps.teams.models import Quota, Team
+
+
+def busy_threshold() -> int:
+    return settings.TELEMETRY_BUSY_UTIL_PERCENT
+
+
+def home_summary(user, *, now: datetime | None = None) -> dict:
+    """What the home page shows: per team of the user, quota, open bookings, jobs and spend this
+    month; for platform admins, GPU states now and quota pressure of every team."""
+    now = now or timezone.now()
+    own = list(Team.objects.filter(memberships__user=user).distinct().order_by("slug"))
+    bookings = defaultdict(list)
+    for r in (
+        Reservation.objects.filter(team__in=own, status__in=OPEN_STATUSES, end__gt=now)
+        .select_related("gpu_model")
+        .order_by("start")
+    ):
+        bookings[r.team_id].append(r)
+    jobs = defaultdict(lambda: defaultdict(int))
+    try:
+        from apps.jobs.models import Job
+
+        for team_id, status, n in (
+            Job.objects.filter(team__in=own, status__in=["queued", "requeued", "running"])
+            .values_list("team_id", "status")
+            .annotate(n=Count("id"))
+            .order_by()
+        ):
+            jobs[team_id]["queued" if status == "requeued" else status] += n
+    except ImportError:  # pragma: no cover
+        pass
+    spend = {}
+    try:
+        from apps.billing import selectors as billing
+        from apps.billing.periods import month_start
+
+        period = billing.period_for_month(month_start(now))
+        spend = {t.pk: billing.team_spend(team=t, period=period) for t in own}
+    except ImportError:  # pragma: no cover
+        pass
+    quotas = defaultdict(list)
+    for q in Quota.objects.filter(team__in=own).select_related("gpu_model"):
+        quotas[q.team_id].append(q)
+    teams = [
+        {
+            "team": t,
+            "quotas": quotas[t.pk],
+            "bookings": bookings[t.pk][:5],
+            "booking_count": len(bookings[t.pk]),
+            "jobs_queued": jobs[t.pk]["queued"],
+            "jobs_running": jobs[t.pk]["running"],
+            "spend": spend.get(t.pk),
+        }
+        for t in own
+    ]
+    summary = {"teams": teams}
+    if user.is_platform_admin:
+        filters = parse_filters({}, user, now=now)
+        states = gpu_states_now(filters, now=now)
+        summary["gpu_states"] = {
+            s: sum(1 for g in states if g["state"] == s)
+            for s in ("busy", "held_idle", UNALLOCATED, "unhealthy")
+        }
+        summary["quota_pressure"] = [
+            row for row in quota_pressure(filters, now=now) if row["waiting"] or row["held"]
+        ]
+    return summary

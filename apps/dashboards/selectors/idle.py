@@ -1,0 +1,130 @@
+"""Idle GPU-hours by kind and team, bookings released by idle reclaim, and every GPU's state now."""
+
+from collections import defaultdict
+from datetime import datetime, timedelta
+
+from django.db.models import Q
+from django.utils import timezone
+
+from apps.dashboards.selectors.filters import MAX_POINTS, UNALLOCATED, Filters, floor_to_step
+from apps.fleet.choices import GpuHealth, GpuStatus, NodeStatus
+from apps.fleet.models import Gpu
+from apps.reservations.choices import OPEN_STATUSES, ReservationStatus
+from apps.reservations.models import Reservation, ReservationGpu
+from apps.teams.models import Team
+from apps.telemetry.models import GpuMinuteRollup, IdleInterval
+
+
+def idle_hours(filters: Filters) -> dict:
+    """Idle GPU-hours per day (per hour for windows up to a day), by kind and team. Unallocated
+    idle time belongs to no team: only those who see all teams get it."""
+    rows = IdleInterval.objects.filter(start__lt=filters.end, end__gt=filters.start)
+    scope = Q(team_id__in=filters.team_ids)
+    if filters.sees_all and not filters.team_slug:
+        scope |= Q(team__isnull=True)
+    rows = rows.filter(scope)
+    if filters.gpu_model:
+        rows = rows.filter(gpu__model=filters.gpu_model)
+    step = timedelta(hours=1) if filters.fine else timedelta(days=1)
+    if (filters.end - filters.start) / step > MAX_POINTS:
+        step = (filters.end - filters.start) / MAX_POINTS
+    origin = floor_to_step(filters.start, datetime(2000, 1, 1, tzinfo=filters.start.tzinfo), step)
+    series: dict[tuple, dict] = defaultdict(lambda: defaultdict(float))
+    by_model: dict[tuple, float] = defaultdict(float)
+    slugs = {t.pk: t.slug for t in filters.teams}
+    model_of = dict(Gpu.objects.values_list("pk", "model__name"))
+    for kind, team_id, gpu_id, start, end in rows.values_list(
+        "kind", "team_id", "gpu_id", "start", "end"
+    ):
+        slug, model_name = slugs.get(team_id), model_of[gpu_id]
+        start, end = max(start, filters.start), min(end, filters.end)
+        by_model[(kind, model_name)] += (end - start).total_seconds() / 3600
+        t = floor_to_step(start, origin, step)
+        while t < end:
+            piece = (min(end, t + step) - max(start, t)).total_seconds() / 3600
+            if piece > 0:
+                series[(kind, slug or UNALLOCATED)][t] += piece
+            t += step
+    times = []
+    t = floor_to_step(filters.start, origin, step)
+    while t < filters.end:
+        times.append(t)
+        t += step
+    return {
+        "step": step,
+        "times": times,
+        "series": {
+            key: [round(values.get(t, 0.0), 3) for t in times]
+            for key, values in sorted(series.items())
+        },
+        "by_model": [
+            {"kind": kind, "model_name": name, "gpu_hours": round(hours, 3)}
+            for (kind, name), hours in sorted(by_model.items())
+        ],
+    }
+
+
+def reclaimed(filters: Filters) -> list[Reservation]:
+    """Bookings idle reclaim released in the window (their GPUs went back to the pool)."""
+    return list(
+        Reservation.objects.filter(
+            status=ReservationStatus.RELEASED,
+            team_id__in=filters.team_ids,
+            ended_at__gte=filters.start,
+            ended_at__lt=filters.end,
+        )
+        .select_related("team", "gpu_model")
+        .order_by("-ended_at")[:50]
+    )
+
+
+def gpu_states_now(filters: Filters, *, now: datetime | None = None) -> list[dict]:
+    """Every GPU (no MIG devices) with its state now: unhealthy, busy, held_idle, unallocated.
+    Held means an open booking of one of the user's visible teams holds it; GPUs held by teams
+    the user cannot see show as `held_other`."""
+    now = now or timezone.now()
+    gpus = Gpu.objects.filter(mig_parent__isnull=True).select_related("node", "model")
+    if filters.gpu_model:
+        gpus = gpus.filter(model=filters.gpu_model)
+    gpus = list(gpus.exclude(status=GpuStatus.RETIRED).exclude(node__status=NodeStatus.RETIRED))
+    holders = dict(
+        ReservationGpu.objects.filter(
+            active=True, start__lte=now, end__gt=now, reservation__status__in=OPEN_STATUSES
+        ).values_list("gpu_id", "reservation__team_id")
+    )
+    recent = now - timedelta(minutes=5)
+    busy = set(
+        GpuMinuteRollup.objects.filter(bucket__gte=recent, busy_seconds__gt=0).values_list(
+            "gpu_id", flat=True
+        )
+    )
+    visible = set(filters.team_ids)
+    slugs = dict(Team.objects.filter(pk__in=visible).values_list("pk", "slug"))
+    result = []
+    for gpu in gpus:
+        team_id = holders.get(gpu.pk)
+        if (
+            gpu.health != GpuHealth.HEALTHY
+            or gpu.status != GpuStatus.ACTIVE
+            or gpu.node.status != NodeStatus.UP
+        ):
+            state = "unhealthy"
+        elif team_id is not None and team_id not in visible:
+            state = "held_other"
+        elif gpu.pk in busy:
+            state = "busy"
+        elif team_id is not None:
+            state = "held_idle"
+        else:
+            state = UNALLOCATED
+        result.append(
+            {
+                "gpu": gpu,
+                "node": gpu.node.hostname,
+                "index": gpu.index,
+                "model": gpu.model.name,
+                "state": state,
+                "team": slugs.get(team_id, ""),
+            }
+        )
+    return result

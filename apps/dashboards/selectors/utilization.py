@@ -1,0 +1,189 @@
+"""Allocated and busy GPUs over time: allocation from bookings and jobs (as the chargeback
+counts them), busy from the rollups."""
+
+from collections import defaultdict
+from datetime import datetime, timedelta
+
+from django.db.models import Count, Q, Sum
+
+from apps.dashboards.selectors.filters import (
+    UNALLOCATED,
+    Filters,
+    floor_to_step,
+    rollup_rows,
+    step_for,
+)
+from apps.fleet.choices import GpuStatus
+from apps.fleet.models import Gpu, GpuModel
+from apps.reservations.models import ReservationGpu
+
+
+def _uses(filters: Filters, *, all_teams: bool) -> list[tuple]:
+    """What the chargeback charges as allocated, within the window, as
+    (start, end, team_id, GPUs, of which in the fleet): active booking holdings, and job
+    allocations outside bookings (a job inside a booking runs on GPUs the booking holds).
+    Grouped in SQL by interval and team: the GPUs of one booking or job share them, so a month
+    of a large fleet is a few hundred rows. Holdings never overlap on a GPU (a database
+    constraint) and the scheduler places jobs outside bookings on GPUs no booking holds, so the
+    counts add up."""
+    in_fleet = Q(gpu__mig_parent__isnull=True) & ~Q(gpu__status=GpuStatus.RETIRED)
+    holdings = ReservationGpu.objects.filter(
+        active=True, start__lt=filters.end, end__gt=filters.start
+    )
+    if not all_teams:
+        holdings = holdings.filter(reservation__team_id__in=filters.team_ids)
+    if filters.gpu_model:
+        holdings = holdings.filter(gpu__model=filters.gpu_model)
+    rows = list(
+        holdings.values_list("start", "end", "reservation__team_id")
+        .annotate(n=Count("id"), fleet_n=Count("id", filter=in_fleet))
+        .order_by()
+    )
+    try:
+        from apps.jobs.models import JobAllocation
+    except ImportError:  # pragma: no cover - the jobs app is optional for the dashboards
+        JobAllocation = None
+    if JobAllocation is not None:
+        jobs = JobAllocation.objects.filter(
+            Q(end__isnull=True) | Q(end__gt=filters.start),
+            job__reservation__isnull=True,
+            start__lt=filters.end,
+        )
+        if not all_teams:
+            jobs = jobs.filter(job__team_id__in=filters.team_ids)
+        if filters.gpu_model:
+            jobs = jobs.filter(gpu__model=filters.gpu_model)
+        for start, end, team_id, n, fleet_n in (
+            jobs.values_list("start", "end", "job__team_id")
+            .annotate(n=Count("id"), fleet_n=Count("id", filter=in_fleet))
+            .order_by()
+        ):
+            rows.append((start, end or filters.end, team_id, n, fleet_n))
+    clipped = []
+    for start, end, team_id, n, fleet_n in rows:
+        start, end = max(start, filters.start), min(end, filters.end)
+        if end > start:
+            clipped.append((start, end, team_id, n, fleet_n))
+    return clipped
+
+
+def _integrate(events: list[tuple[float, int]], edges: list[float]) -> list[float]:
+    """GPU-seconds per step: `events` are (epoch, +n or -n) where n GPUs start or stop being
+    counted, `edges` the step boundaries. One sweep over the sorted events."""
+    events.sort()
+    out = [0.0] * (len(edges) - 1)
+    level, last, k = 0, edges[0], 0
+    for moment, delta in events:
+        while k < len(out) and edges[k + 1] <= moment:
+            out[k] += level * (edges[k + 1] - last)
+            last = edges[k + 1]
+            k += 1
+        if k < len(out):
+            out[k] += level * (moment - last)
+        last = moment
+        level += delta
+    while k < len(out):
+        out[k] += level * (edges[k + 1] - last)
+        last = edges[k + 1]
+        k += 1
+    return out
+
+
+def allocated_series(filters: Filters, times: list[datetime], step: timedelta) -> dict:
+    """Average GPUs allocated per team over each step, from bookings and jobs (not telemetry),
+    so every range and bucket size gives the same answer for the same time: the value of an
+    hour is the mean of its minutes. Those who see all teams also get `UNALLOCATED`: the rest
+    of the fleet (GPUs neither retired nor MIG slices), as the chargeback counts it."""
+    if not times:
+        return {}
+    with_pool = filters.sees_all and not filters.team_slug
+    fleet = Gpu.objects.filter(mig_parent__isnull=True).exclude(status=GpuStatus.RETIRED)
+    if filters.gpu_model:
+        fleet = fleet.filter(model=filters.gpu_model)
+    fleet_size = fleet.count()
+    visible = set(filters.team_ids)
+    events: dict[int | None, list] = defaultdict(list)  # team id, or None: the fleet's GPUs
+    for start, end, team_id, n, fleet_n in _uses(filters, all_teams=with_pool):
+        if team_id in visible:
+            events[team_id] += ((start.timestamp(), n), (end.timestamp(), -n))
+        if fleet_n:
+            events[None] += ((start.timestamp(), fleet_n), (end.timestamp(), -fleet_n))
+    edges = [t.timestamp() for t in times] + [(times[-1] + step).timestamp()]
+    covered = [(min(t + step, filters.end) - max(t, filters.start)).total_seconds() for t in times]
+    slugs = {t.pk: t.slug for t in filters.teams}
+    result = {}
+    for team_id, team_events in events.items():
+        if team_id is None:
+            continue
+        seconds = _integrate(team_events, edges)
+        result[slugs[team_id]] = {t: seconds[i] / covered[i] for i, t in enumerate(times)}
+    if with_pool and fleet_size:
+        held = _integrate(events.get(None, []), edges)
+        result[UNALLOCATED] = {
+            t: max(0.0, fleet_size - held[i] / covered[i]) for i, t in enumerate(times)
+        }
+    return result
+
+
+def utilization_series(filters: Filters) -> dict:
+    """Allocated and busy GPUs over time per team, and average utilization % per team and GPU
+    model. Unallocated GPUs are shown only to those who see all teams, under `UNALLOCATED`.
+
+    Allocated GPUs come from bookings and jobs (`allocated_series`), the same at every range.
+    Busy GPUs come from the rollups (busy seconds / bucket seconds, i.e. GPU-equivalents busy):
+    one scan, SQL sums per (bucket, team, model), Python merges buckets into steps. Returns
+    {"step", "times", "allocated": {team: [...]}, "busy": {team: [...]},
+    "by_team_model": [{"team_slug", "model_name", "util"}], "has_telemetry"}."""
+    _, rows = rollup_rows(filters)
+    scope = Q(team_id__in=filters.team_ids)
+    if filters.sees_all and not filters.team_slug:
+        scope |= Q(team__isnull=True)
+    bucket_seconds = 60 if filters.fine else 3600
+    grouped = (
+        rows.filter(scope)
+        .values_list("bucket", "team_id", "gpu__model_id")
+        .annotate(
+            busy=Sum("busy_seconds"),
+            util_sum=Sum("util_avg"),
+            util_n=Count("util_avg"),
+        )
+        .order_by()
+    )
+    slugs = {t.pk: t.slug for t in filters.teams}
+    model_names = dict(GpuModel.objects.values_list("pk", "name"))
+    step = step_for(filters)
+    origin = floor_to_step(filters.start, datetime(2000, 1, 1, tzinfo=filters.start.tzinfo), step)
+    per_step = int(step.total_seconds() // bucket_seconds)
+    busy: dict[str, dict] = defaultdict(lambda: defaultdict(float))
+    util: dict[tuple, list] = defaultdict(lambda: [0.0, 0])
+    has_telemetry = False
+    for bucket, team_id, model_id, busy_seconds, util_sum, util_n in grouped:
+        has_telemetry = True
+        key = floor_to_step(bucket, origin, step)
+        name = slugs.get(team_id, UNALLOCATED) if team_id is not None else UNALLOCATED
+        # Average over the step: each bucket adds its share.
+        busy[name][key] += (busy_seconds or 0) / bucket_seconds / per_step
+        if team_id is not None and util_n:
+            cell = util[(name, model_names[model_id])]
+            cell[0] += util_sum
+            cell[1] += util_n
+    times = []
+    t = floor_to_step(filters.start, origin, step)
+    while t < filters.end:
+        times.append(t)
+        t += step
+    allocated = allocated_series(filters, times, step)
+    names = sorted(set(allocated) | set(busy), key=lambda n: (n == UNALLOCATED, n))
+    return {
+        "step": step,
+        "times": times,
+        "allocated": {
+            n: [round(allocated.get(n, {}).get(t, 0.0), 3) for t in times] for n in names
+        },
+        "busy": {n: [round(busy[n].get(t, 0.0), 3) for t in times] for n in names},
+        "by_team_model": [
+            {"team_slug": team, "model_name": model, "util": total / n}
+            for (team, model), (total, n) in sorted(util.items())
+        ],
+        "has_telemetry": has_telemetry,
+    }
