@@ -453,6 +453,12 @@ JOBS_SCHEDULER_POLICY = "fairshare"
 # Fair share weighs past GPU use with this half-life.
 JOBS_USAGE_HALF_LIFE_SECONDS = 7 * 24 * 3600
 JOBS_SCHEDULE_SECONDS = 5
+# Preemption a cluster can live with: a job runs this long before it may be preempted, is
+# protected after this many preemptions, and a preemption may cost at most this share of the
+# GPU-time the waiting job asks for.
+JOBS_PREEMPT_MIN_RUNTIME_SECONDS = env.int("JOBS_PREEMPT_MIN_RUNTIME_SECONDS", default=1800)
+JOBS_MAX_PREEMPTIONS_PER_JOB = env.int("JOBS_MAX_PREEMPTIONS_PER_JOB", default=2)
+JOBS_PREEMPT_MAX_LOST_RATIO = env.float("JOBS_PREEMPT_MAX_LOST_RATIO", default=0.5)
 CELERY_BEAT_SCHEDULE["jobs-schedule"] = {
     "task": "jobs.schedule",
     "schedule": JOBS_SCHEDULE_SECONDS,

@@ -183,16 +183,10 @@ def run_scheduler(state: ClusterState) -> Decision:
 
 
 def _preemption_settings() -> dict:
-    """Optional JOBS_PREEMPT_* settings; the scheduler's defaults where unset."""
-    names = {
-        "JOBS_PREEMPT_MIN_RUNTIME_SECONDS": ("preempt_min_runtime_seconds", float),
-        "JOBS_MAX_PREEMPTIONS_PER_JOB": ("max_preemptions_per_job", int),
-        "JOBS_PREEMPT_MAX_LOST_RATIO": ("preempt_max_lost_ratio", float),
-    }
     return {
-        field: kind(getattr(settings, name))
-        for name, (field, kind) in names.items()
-        if hasattr(settings, name)
+        "preempt_min_runtime_seconds": float(settings.JOBS_PREEMPT_MIN_RUNTIME_SECONDS),
+        "max_preemptions_per_job": settings.JOBS_MAX_PREEMPTIONS_PER_JOB,
+        "preempt_max_lost_ratio": settings.JOBS_PREEMPT_MAX_LOST_RATIO,
     }
 
 
