@@ -8,6 +8,8 @@ from django.db.models import Q, QuerySet
 from apps.billing.choices import ChargeSource
 from apps.billing.models import BillingPeriod, Budget, BudgetAlert, LedgerEntry, RateCard
 from apps.billing.money import ExactSum
+from apps.billing.periods import month_bounds
+from apps.reservations.models import ReservationGpu
 
 
 def rate_cards_in_force(*, start: datetime, end: datetime) -> QuerySet[RateCard]:
@@ -75,8 +77,6 @@ def budget_alerts_for_teams(team_ids) -> QuerySet[BudgetAlert]:
 def burn_down(*, team, period: BillingPeriod, now: datetime) -> dict:
     """Spent so far, still booked this month, and the projected month-end total (spent + booked
     + the team's job spend per day so far carried over the remaining days)."""
-    from apps.billing.periods import month_bounds
-    from apps.billing.services import booked_cost
 
     start, end = month_bounds(period.month)
     spent = team_spend(team=team, period=period)
@@ -127,3 +127,48 @@ def price_gpu_hours(*, hours_by_model: dict, at) -> Decimal | None:
         total += Decimal(str(hours)) * card.price_per_gpu_hour
         total += Decimal(str(over)) * card.price_per_gpu_hour * premium
     return total.quantize(Decimal("0.01"))
+
+
+def team_total_all(period: BillingPeriod) -> Decimal:
+    """Everything charged in the period, all teams and the platform (exact)."""
+    return ledger_for_period(period).aggregate(t=ExactSum("cost"))["t"] or Decimal(0)
+
+
+def projected_booking_cost(*, gpu_model, count: int, start: datetime, end: datetime) -> Decimal:
+    """List price of holding `count` GPUs over [start, end) at the rates in force then."""
+    total = Decimal(0)
+    cursor = start
+    while cursor < end:
+        card = rate_card_at(gpu_model_name=gpu_model.name, at=cursor)
+        piece_end = end
+        if card and card.effective_to and card.effective_to < end:
+            piece_end = card.effective_to
+        elif card is None:
+            upcoming = (
+                RateCard.objects.filter(gpu_model=gpu_model, effective_from__gt=cursor)
+                .order_by("effective_from")
+                .first()
+            )
+            piece_end = min(end, upcoming.effective_from) if upcoming else end
+        seconds = Decimal(int((piece_end - cursor).total_seconds()))
+        if card:
+            total += seconds * count * card.price_per_gpu_hour / Decimal(3600)
+        cursor = piece_end
+    return total
+
+
+def booked_cost(*, team, period: BillingPeriod, now: datetime) -> Decimal:
+    """What the team's bookings will cost from now to the end of the period (not yet metered)."""
+    _, period_end = month_bounds(period.month)
+    holdings = ReservationGpu.objects.filter(
+        active=True, reservation__team=team, end__gt=now, start__lt=period_end
+    ).select_related("gpu__model")
+    total = Decimal(0)
+    for holding in holdings:
+        total += projected_booking_cost(
+            gpu_model=holding.gpu.model,
+            count=1,
+            start=max(holding.start, now),
+            end=min(holding.end, period_end),
+        )
+    return total

@@ -9,7 +9,7 @@ from decimal import Decimal
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
-from django.db.models import Max, Q, Sum
+from django.db.models import Max, Q
 from django.utils import timezone
 
 from apps.audit.services import audit_record
@@ -23,7 +23,13 @@ from apps.billing.models import (
     RateCard,
 )
 from apps.billing.periods import month_bounds, month_start
-from apps.billing.selectors import budget_for, rate_card_at, team_spend
+from apps.billing.selectors import (
+    booked_cost,
+    budget_for,
+    projected_booking_cost,
+    team_spend,
+    team_total_all,
+)
 from apps.outbox.services import outbox_send_mail
 from apps.teams.choices import TeamRole
 from apps.teams.models import Membership
@@ -208,10 +214,6 @@ def period_close(*, actor, period: BillingPeriod, now: datetime | None = None) -
     return period
 
 
-def team_total_all(period: BillingPeriod) -> Decimal:
-    return LedgerEntry.objects.filter(period=period).aggregate(t=Sum("cost"))["t"] or Decimal(0)
-
-
 @transaction.atomic
 def adjustment_create(
     *,
@@ -348,48 +350,6 @@ def _email_budget_alert(budget: Budget, threshold: int, spent: Decimal) -> None:
         f"{budget.amount} budget for {budget.period} ({threshold} % threshold)."
     )
     outbox_send_mail(subject=subject, body=body, recipients=list(recipients))
-
-
-def projected_booking_cost(*, gpu_model, count: int, start: datetime, end: datetime) -> Decimal:
-    """List price of holding `count` GPUs over [start, end) at the rates in force then."""
-    total = Decimal(0)
-    cursor = start
-    while cursor < end:
-        card = rate_card_at(gpu_model_name=gpu_model.name, at=cursor)
-        piece_end = end
-        if card and card.effective_to and card.effective_to < end:
-            piece_end = card.effective_to
-        elif card is None:
-            upcoming = (
-                RateCard.objects.filter(gpu_model=gpu_model, effective_from__gt=cursor)
-                .order_by("effective_from")
-                .first()
-            )
-            piece_end = min(end, upcoming.effective_from) if upcoming else end
-        seconds = Decimal(int((piece_end - cursor).total_seconds()))
-        if card:
-            total += seconds * count * card.price_per_gpu_hour / Decimal(3600)
-        cursor = piece_end
-    return total
-
-
-def booked_cost(*, team, period: BillingPeriod, now: datetime) -> Decimal:
-    """What the team's bookings will cost from now to the end of the period (not yet metered)."""
-    from apps.reservations.models import ReservationGpu
-
-    _, period_end = month_bounds(period.month)
-    holdings = ReservationGpu.objects.filter(
-        active=True, reservation__team=team, end__gt=now, start__lt=period_end
-    ).select_related("gpu__model")
-    total = Decimal(0)
-    for holding in holdings:
-        total += projected_booking_cost(
-            gpu_model=holding.gpu.model,
-            count=1,
-            start=max(holding.start, now),
-            end=min(holding.end, period_end),
-        )
-    return total
 
 
 def check_booking_budget(*, team, gpu_model, count, start, end) -> None:
