@@ -13,7 +13,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from apps.billing import exports, selectors, services
-from apps.billing.choices import Enforcement, ExportFormat
+from apps.billing.choices import Enforcement, ExportFormat, is_showback
 from apps.billing.models import (
     Adjustment,
     BillingPeriod,
@@ -278,7 +278,7 @@ class UsageView(APIView):
         slug = request.query_params.get("team")
         team = get_object_or_404(Team, slug=slug, pk__in=visible) if slug else None
         rows = exports.team_totals(period) if period.pk else []
-        showback = settings.BILLING_MODE == "showback"
+        showback = is_showback()
         teams = []
         for row in rows:
             if row["team_id"] is None and not is_billing_admin(request.user):
@@ -345,7 +345,7 @@ class ChargebackView(APIView):
         level = request.query_params.get("level", exports.SUMMARY)
         if level not in (exports.SUMMARY, exports.DETAIL):
             raise ApplicationError("level must be summary or detail.", code="invalid_level")
-        if fmt == ExportFormat.FOCUS and settings.BILLING_MODE == "showback":
+        if fmt == ExportFormat.FOCUS and is_showback():
             raise ApplicationError(
                 "FOCUS exports carry costs; this portal runs in showback mode (GPU-hours only).",
                 code="showback_mode",
@@ -384,7 +384,7 @@ def export_response(scope: exports.ExportScope, fmt: str):
         if fmt == ExportFormat.FOCUS:
             header, rows, name = exports.FOCUS_COLUMNS, exports.focus_rows(scope), f"{name}-focus"
         else:
-            showback = settings.BILLING_MODE == "showback"
+            showback = is_showback()
             header = exports.table_columns(scope.level, showback=showback)
             rows = exports.table_rows(scope)
         response = StreamingHttpResponse(

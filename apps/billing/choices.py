@@ -1,6 +1,19 @@
 from django.db import models
 
 
+class BillingMode(models.TextChoices):
+    """settings.BILLING_MODE: charge money, or show GPU-hours only."""
+
+    CHARGEBACK = "chargeback", "Chargeback (costs in money)"
+    SHOWBACK = "showback", "Showback (GPU-hours only)"
+
+
+def is_showback() -> bool:
+    from django.conf import settings
+
+    return settings.BILLING_MODE == BillingMode.SHOWBACK
+
+
 class PeriodStatus(models.TextChoices):
     OPEN = "open", "Open"
     CLOSED = "closed", "Closed"

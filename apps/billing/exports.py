@@ -30,7 +30,7 @@ from django.conf import settings
 from django.db.models import Case, F, IntegerField, Sum, Value, When
 from django.db.models.functions import TruncDate
 
-from apps.billing.choices import PLATFORM_COST_CENTER, ChargeSource
+from apps.billing.choices import PLATFORM_COST_CENTER, ChargeSource, is_showback
 from apps.billing.models import BillingPeriod, LedgerEntry
 from apps.billing.money import ExactSum
 from apps.billing.periods import month_bounds
@@ -222,7 +222,7 @@ def table_columns(level: str, *, showback: bool) -> list[str]:
 
 
 def table_rows(scope: ExportScope) -> Iterator[dict]:
-    showback = settings.BILLING_MODE == "showback"
+    showback = is_showback()
     columns = table_columns(scope.level, showback=showback)
     for line in export_lines(scope):
         row = {
@@ -292,7 +292,7 @@ def write_xlsx(scope: ExportScope, path: str) -> None:
     a SUM total), and a Detail sheet of the team x GPU model x day lines."""
     from openpyxl import Workbook
 
-    showback = settings.BILLING_MODE == "showback"
+    showback = is_showback()
     workbook = Workbook(write_only=True)
     summary = workbook.create_sheet("Summary")
     detail = workbook.create_sheet("Detail")

@@ -13,7 +13,13 @@ from django.db.models import Max, Q
 from django.utils import timezone
 
 from apps.audit.services import audit_record
-from apps.billing.choices import BUDGET_THRESHOLDS, ChargeSource, Enforcement, PeriodStatus
+from apps.billing.choices import (
+    BUDGET_THRESHOLDS,
+    ChargeSource,
+    Enforcement,
+    PeriodStatus,
+    is_showback,
+)
 from apps.billing.models import (
     Adjustment,
     BillingPeriod,
@@ -355,7 +361,7 @@ def _email_budget_alert(budget: Budget, threshold: int, spent: Decimal) -> None:
 def check_booking_budget(*, team, gpu_model, count, start, end) -> None:
     """The reservation budget hook (settings.RESERVATION_BUDGET_CHECK): a team in `block` mode
     cannot book more than is left of its budget for the month the booking starts in."""
-    if settings.BILLING_MODE == "showback":
+    if is_showback():
         return
     now = timezone.now()
     period = BillingPeriod.objects.filter(month=month_start(start)).first()

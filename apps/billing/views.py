@@ -6,7 +6,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 
 from apps.billing import exports, figures, selectors, services
-from apps.billing.choices import ExportFormat
+from apps.billing.choices import ExportFormat, is_showback
 from apps.billing.forms import AdjustmentForm, BudgetForm, RateCardEndForm, RateCardForm
 from apps.billing.models import Adjustment, BillingPeriod, RateCard
 from apps.billing.periods import month_bounds, month_start, parse_period
@@ -79,7 +79,7 @@ def chargeback_view(request):
             "formats": ExportFormat.choices,
             "adjustment_form": adjustment_form,
             "adjustments": Adjustment.objects.filter(period_id=period.pk).select_related("team"),
-            "showback": settings.BILLING_MODE == "showback",
+            "showback": is_showback(),
             "currency": settings.BILLING_CURRENCY,
             "can_close": not period.is_closed and timezone.now() >= _period_end(period),
         },
@@ -211,6 +211,6 @@ def cost_dashboard_view(request):
             "all_teams": Team.objects.for_user(request.user).order_by("slug"),
             "team_slug": chosen,
             "currency": settings.BILLING_CURRENCY,
-            "showback": settings.BILLING_MODE == "showback",
+            "showback": is_showback(),
         },
     )
