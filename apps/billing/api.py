@@ -236,7 +236,7 @@ class BudgetViewSet(
 
     def get_queryset(self):
         return (
-            Budget.objects.filter(team__in=Team.objects.for_user(self.request.user))
+            Budget.objects.for_user(self.request.user)
             .select_related("team", "period")
             .prefetch_related("alerts")
         )

@@ -6,6 +6,7 @@ from django.db import models
 from django.db.models import F, Q
 
 from apps.billing.choices import ChargeSource, Enforcement, PeriodStatus
+from apps.teams.models import TeamOwnedQuerySet
 
 MONEY = {"max_digits": 14, "decimal_places": 2}
 # Ledger cost keeps full precision; only exported lines are rounded to cents (see exports.py).
@@ -181,6 +182,8 @@ class Budget(models.Model):
         max_length=8, choices=Enforcement.choices, default=Enforcement.ALERT
     )
     updated_at = models.DateTimeField(auto_now=True)
+
+    objects = TeamOwnedQuerySet.as_manager()
 
     class Meta:
         ordering = ["-period__month", "team__slug"]

@@ -74,7 +74,7 @@ class JobForm(forms.Form):
 
     def __init__(self, *args, user, **kwargs):
         super().__init__(*args, **kwargs)
-        teams = Team.objects.filter(memberships__user=user, is_active=True)
+        teams = Team.objects.member_of(user)
         self.fields["team"].queryset = teams
         self.fields["team"].to_field_name = "slug"
         self.fields["reservation"].queryset = Reservation.objects.filter(

@@ -9,6 +9,7 @@ from apps.jobs.choices import (
     JobPriorityClass,
     JobStatus,
 )
+from apps.teams.models import TeamOwnedQuerySet
 
 
 class Job(models.Model):
@@ -71,6 +72,8 @@ class Job(models.Model):
     pending_reason = models.CharField(max_length=32, blank=True)
     pending_message = models.CharField(max_length=500, blank=True)
     estimated_start = models.DateTimeField(null=True, blank=True)
+
+    objects = TeamOwnedQuerySet.as_manager()
 
     class Meta:
         ordering = ["-submitted_at", "-id"]

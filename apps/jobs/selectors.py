@@ -8,13 +8,12 @@ from django.db.models import Prefetch, QuerySet
 from apps.fleet.models import GpuModel
 from apps.jobs.choices import ACTIVE_STATUSES, JobStatus
 from apps.jobs.models import Job, JobAllocation
-from apps.teams.models import Team
 
 
 def job_list(*, user) -> QuerySet[Job]:
     """Jobs of the user's teams (all teams for platform admins and finance)."""
     return (
-        Job.objects.filter(team__in=Team.objects.for_user(user))
+        Job.objects.for_user(user)
         .select_related("team", "submitted_by", "gpu_model", "node", "reservation")
         .prefetch_related(
             Prefetch(

@@ -41,7 +41,7 @@ class ReservationForm(forms.Form):
 
     def __init__(self, *args, user, **kwargs):
         super().__init__(*args, **kwargs)
-        self.fields["team"].queryset = Team.objects.filter(memberships__user=user, is_active=True)
+        self.fields["team"].queryset = Team.objects.member_of(user)
         self.fields["team"].to_field_name = "slug"
 
     def clean(self):

@@ -3,6 +3,7 @@ from django.db import models
 from django.db.models import F, Q
 
 from apps.reservations.choices import OPEN_STATUSES, ReservationStatus
+from apps.teams.models import TeamOwnedQuerySet
 
 
 class Reservation(models.Model):
@@ -35,6 +36,8 @@ class Reservation(models.Model):
         max_digits=12, decimal_places=4, default=0, help_text="Booked GPU-hours given back early."
     )
     reminder_sent_at = models.DateTimeField(null=True, blank=True)
+
+    objects = TeamOwnedQuerySet.as_manager()
 
     class Meta:
         ordering = ["-start", "-id"]

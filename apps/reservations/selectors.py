@@ -34,9 +34,7 @@ def busy_elsewhere(*, start, end, gpu_ids=None, gpu_model=None) -> list[tuple[in
 
 def reservation_list(*, user) -> QuerySet[Reservation]:
     """Reservations of the user's teams (all teams for finance and platform admins)."""
-    return Reservation.objects.filter(team__in=Team.objects.for_user(user)).select_related(
-        "team", "gpu_model", "created_by"
-    )
+    return Reservation.objects.for_user(user).select_related("team", "gpu_model", "created_by")
 
 
 def _fetch_rows(queryset) -> list[tuple]:

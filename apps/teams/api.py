@@ -168,7 +168,7 @@ class QuotaViewSet(viewsets.ModelViewSet):
 
     def get_queryset(self):
         return (
-            Quota.objects.filter(team__in=Team.objects.for_user(self.request.user))
+            Quota.objects.for_user(self.request.user)
             .select_related("team", "gpu_model")
             .order_by("team__slug", "gpu_model__name", "id")
         )

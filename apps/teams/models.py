@@ -37,6 +37,13 @@ class TeamQuerySet(models.QuerySet):
             return self
         return self.filter(memberships__user=user).distinct()
 
+    def member_of(self, user) -> "TeamQuerySet":
+        """Active teams the user belongs to (where they may book and submit), whatever their
+        portal-wide role."""
+        if not user.is_authenticated or not user.is_active:
+            return self.none()
+        return self.filter(memberships__user=user, is_active=True).distinct()
+
     def managed_by(self, user) -> "TeamQuerySet":
         """Teams whose membership the user may change."""
         if not user.is_authenticated or not user.is_active:
@@ -44,6 +51,14 @@ class TeamQuerySet(models.QuerySet):
         if user.is_platform_admin:
             return self
         return self.filter(memberships__user=user, memberships__role=TeamRole.TEAM_ADMIN).distinct()
+
+
+class TeamOwnedQuerySet(models.QuerySet):
+    """For every model that belongs to a team: `for_user(user)` is what the user may see (all
+    for finance and platform admins, else their teams' rows). Views and APIs start from it."""
+
+    def for_user(self, user) -> "TeamOwnedQuerySet":
+        return self.filter(team__in=Team.objects.for_user(user))
 
 
 slug_validator = RegexValidator(
@@ -119,6 +134,8 @@ class Quota(models.Model):
     guaranteed = models.PositiveIntegerField(default=0)
     limit = models.PositiveIntegerField(default=0, help_text="Burst ceiling, at least guaranteed.")
     updated_at = models.DateTimeField(auto_now=True)
+
+    objects = TeamOwnedQuerySet.as_manager()
 
     class Meta:
         ordering = ["team__slug", "gpu_model__name"]

@@ -23,7 +23,7 @@ def home_summary(user, *, now: datetime | None = None) -> dict:
     """What the home page shows: per team of the user, quota, open bookings, jobs and spend this
     month; for platform admins, GPU states now and quota pressure of every team."""
     now = now or timezone.now()
-    own = list(Team.objects.filter(memberships__user=user).distinct().order_by("slug"))
+    own = list(Team.objects.member_of(user).order_by("slug"))
     bookings = defaultdict(list)
     for r in (
         Reservation.objects.filter(team__in=own, status__in=OPEN_STATUSES, end__gt=now)
