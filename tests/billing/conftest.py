@@ -1,4 +1,4 @@
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 import pytest
@@ -32,3 +32,20 @@ def rates(h100, l40s):
             gpu_model=l40s, price_per_gpu_hour=Decimal("0.90"), effective_from=start
         ),
     }
+
+
+@pytest.fixture
+def november(team, member, fleet, rates):
+    """vision books one H100 for 6 h on Nov 5 (6 x 2.50 = 15.00); November metered."""
+    from apps.billing.metering import meter_interval
+    from apps.billing.models import BillingPeriod
+    from apps.reservations.choices import ReservationStatus
+    from tests.factories import make_booking
+
+    start = NOV + timedelta(days=4)
+    gpu = fleet[0].gpus.first()
+    make_booking(
+        team, member, [gpu], start, start + timedelta(hours=6), status=ReservationStatus.COMPLETED
+    )
+    meter_interval(start=NOV, end=DEC, now=AFTER_NOV)
+    return BillingPeriod.objects.get(month=NOV.date())

@@ -1,34 +1,22 @@
 """Cost dashboard figures: budgets must not flatten the spend lines (their own panel and axis),
 and every money axis names the currency."""
 
-from datetime import timedelta
 from decimal import Decimal
 
 import pytest
 
 from apps.billing.figures import cost_figures
-from apps.billing.metering import meter_interval
-from apps.billing.models import BillingPeriod, Budget
-from tests.billing.conftest import AFTER_NOV, DEC, NOV
-from tests.billing.test_metering import book
+from apps.billing.models import Budget
+from tests.billing.conftest import AFTER_NOV
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def november_with_budget(team, member, fleet, rates):
-    """vision books one H100 for 6 h on Nov 5 (6 x 2.50 = 15.00) against a 5,000.00 budget."""
-    book(
-        team,
-        member,
-        [fleet[0].gpus.first()],
-        NOV + timedelta(days=4),
-        NOV + timedelta(days=4, hours=6),
-    )
-    meter_interval(start=NOV, end=DEC, now=AFTER_NOV)
-    period = BillingPeriod.objects.get(month=NOV.date())
-    Budget.objects.create(team=team, period=period, amount=Decimal("5000"))
-    return period
+def november_with_budget(november, team):
+    """November (vision: 15.00) against a 5,000.00 budget."""
+    Budget.objects.create(team=team, period=november, amount=Decimal("5000"))
+    return november
 
 
 def _traces(figure):

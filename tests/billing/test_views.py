@@ -6,25 +6,9 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
-from apps.billing.metering import meter_interval
-from apps.billing.models import Adjustment, BillingPeriod, Budget, RateCard
-from tests.billing.conftest import AFTER_NOV, DEC, NOV
-from tests.billing.test_metering import book
+from apps.billing.models import Adjustment, Budget, RateCard
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def november(team, member, fleet, rates):
-    book(
-        team,
-        member,
-        [fleet[0].gpus.first()],
-        NOV + timedelta(days=4),
-        NOV + timedelta(days=4, hours=6),
-    )
-    meter_interval(start=NOV, end=DEC, now=AFTER_NOV)
-    return BillingPeriod.objects.get(month=NOV.date())
 
 
 def test_chargeback_page_shows_team_totals_and_downloads(client, finance_user, november, team):
