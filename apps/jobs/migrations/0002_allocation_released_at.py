@@ -4,21 +4,28 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('jobs', '0001_initial'),
+        ("jobs", "0001_initial"),
     ]
 
     operations = [
         # Allocations already closed were stopped under the old rule (free at once).
         migrations.AddField(
-            model_name='joballocation',
-            name='released_at',
-            field=models.DateTimeField(blank=True, help_text='When the node confirmed the process is gone; until then the GPU is not free.', null=True),
+            model_name="joballocation",
+            name="released_at",
+            field=models.DateTimeField(
+                blank=True,
+                help_text="When the node confirmed the process is gone; until then the GPU is not free.",
+                null=True,
+            ),
         ),
         migrations.AddIndex(
-            model_name='joballocation',
-            index=models.Index(condition=models.Q(('released_at__isnull', True)), fields=['gpu'], name='joballoc_unreleased_gpu_idx'),
+            model_name="joballocation",
+            index=models.Index(
+                condition=models.Q(("released_at__isnull", True)),
+                fields=["gpu"],
+                name="joballoc_unreleased_gpu_idx",
+            ),
         ),
         migrations.RunSQL(
             'UPDATE jobs_joballocation SET released_at = "end" WHERE "end" IS NOT NULL',
