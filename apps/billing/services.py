@@ -41,6 +41,7 @@ from apps.teams.choices import TeamRole
 from apps.teams.models import Membership
 from apps.teams.permissions import is_finance, is_platform_admin
 from portal.exceptions import ConflictError, PolicyRefusal
+from portal.formatting import format_when
 
 CENT = Decimal("0.01")
 RATE_FIELDS = (
@@ -86,12 +87,12 @@ def _check_rate_card(card: RateCard, *, previous: RateCard | None = None) -> Non
         overlapping = overlapping.filter(effective_from__lt=card.effective_to)
     clash = overlapping.first()
     if clash:
-        until = f"{clash.effective_to:%Y-%m-%d %H:%M}" if clash.effective_to else "open-ended"
+        until = f"{format_when(clash.effective_to)}" if clash.effective_to else "open-ended"
         raise ValidationError(
             {
                 "effective_from": (
                     f"Overlaps the {card.gpu_model} rate card in force from "
-                    f"{clash.effective_from:%Y-%m-%d %H:%M} ({until}); end that one first."
+                    f"{format_when(clash.effective_from)} ({until}); end that one first."
                 )
             }
         )
@@ -101,7 +102,7 @@ def _check_rate_card(card: RateCard, *, previous: RateCard | None = None) -> Non
         raise ValidationError(
             {
                 "effective_from": (
-                    f"Usage up to {horizon:%Y-%m-%d %H:%M} UTC is already charged at the price "
+                    f"Usage up to {format_when(horizon)} is already charged at the price "
                     "then in force; a change may only take effect after that."
                 )
             }
@@ -203,7 +204,7 @@ def period_close(*, actor, period: BillingPeriod, now: datetime | None = None) -
     start, end = month_bounds(period.month)
     if now < end:
         raise ConflictError(
-            f"{period} is not over yet; it can be closed from {end:%Y-%m-%d %H:%M} UTC.",
+            f"{period} is not over yet; it can be closed from {format_when(end)}.",
             code="period_not_over",
         )
     meter_interval(start=start, end=end, now=now)

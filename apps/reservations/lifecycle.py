@@ -10,6 +10,7 @@ from apps.outbox.services import outbox_send_mail
 from apps.reservations.choices import OPEN_STATUSES, ReservationStatus
 from apps.reservations.models import Reservation
 from apps.reservations.policy import BookingPolicy
+from portal.formatting import format_when
 
 logger = logging.getLogger(__name__)
 
@@ -47,7 +48,7 @@ def reservation_lifecycle_tick(*, now: datetime | None = None) -> dict[str, int]
             minutes = int((reservation.end - now).total_seconds() // 60)
             outbox_send_mail(
                 subject=f"GPU reservation #{reservation.pk} ends in {minutes} minutes",
-                body=f"{reservation} ends at {reservation.end:%Y-%m-%d %H:%M} UTC. "
+                body=f"{reservation} ends at {format_when(reservation.end)}. "
                 "Extend it in the portal if you need more time and its GPUs are free.\n",
                 recipients=[reservation.created_by.email],
             )

@@ -12,6 +12,7 @@ from apps.audit.services import audit_record
 from apps.reservations import availability, selectors
 from apps.reservations.models import Reservation, ReservationGpu
 from apps.reservations.services import notify_team
+from portal.formatting import format_when
 
 logger = logging.getLogger(__name__)
 
@@ -79,7 +80,7 @@ def reservations_relocate_off_gpus(
             reservation,
             f"GPU reservation #{reservation.pk} lost {len(gpus)} GPU(s)",
             f"{', '.join(gpus)} left service and no other {reservation.gpu_model.name} GPU is "
-            f"free until {reservation.end:%Y-%m-%d %H:%M} UTC. Your booking keeps the rest.\n",
+            f"free until {format_when(reservation.end)}. Your booking keeps the rest.\n",
         )
     return report
 
@@ -100,7 +101,7 @@ def _notify_moved(moved: list[dict]) -> None:
             reservation,
             f"GPU reservation #{pk} moved to {', '.join(nodes)}",
             f"{len(entries)} GPU(s) of your booking #{pk} ({reservation.gpu_model.name}, "
-            f"{reservation.start:%Y-%m-%d %H:%M} - {reservation.end:%Y-%m-%d %H:%M} UTC) left "
+            f"{format_when(reservation.start)} - {format_when(reservation.end)}) left "
             f"service, so the booking now uses other GPUs of the same model:\n{lines}"
             "Point your jobs at the new node; the booking's times are unchanged.\n",
         )

@@ -31,7 +31,7 @@ from apps.teams.models import Membership, Quota, Team
 from apps.teams.permissions import is_platform_admin
 from portal import hooks
 from portal.exceptions import ConflictError, PolicyRefusal
-from portal.formatting import format_count
+from portal.formatting import format_count, format_when
 
 logger = logging.getLogger(__name__)
 
@@ -170,8 +170,8 @@ def _conflict(*, gpu_model, count, start, end, same_node, free: int) -> Conflict
     where = " on one node" if same_node else ""
     message = (
         f"Only {format_count(free, gpu_model.name + ' GPU')} {'is' if free == 1 else 'are'} "
-        f"free{where} from {start:%Y-%m-%d %H:%M} to "
-        f"{end:%Y-%m-%d %H:%M} UTC; you asked for {count}."
+        f"free{where} from {format_when(start)} to "
+        f"{format_when(end)}; you asked for {count}."
     )
     if next_slot:
         message += f" Next free slot starts {next_slot['start']}."
@@ -405,7 +405,7 @@ def reservation_extend(*, reservation: Reservation, actor, new_end: datetime) ->
     if taken:
         first = availability.from_epoch(min(s for spans in taken.values() for s, _ in spans))
         raise ConflictError(
-            f"Cannot extend: {len(taken)} of its GPUs are booked from {first:%Y-%m-%d %H:%M} UTC.",
+            f"Cannot extend: {len(taken)} of its GPUs are booked from {format_when(first)}.",
             detail={"taken_from": first.isoformat(), "gpus_taken": len(taken)},
         )
     try:

@@ -17,6 +17,7 @@ from apps.reservations.forms import CancelForm, ExtendForm, ReservationForm
 from apps.reservations.policy import BookingPolicy
 from apps.teams.models import Team
 from portal.exceptions import ApplicationError, show_on_form
+from portal.formatting import format_when
 
 WHEN = {
     "upcoming": ("Upcoming", [ReservationStatus.SCHEDULED]),
@@ -176,7 +177,7 @@ def reservation_extend_view(request, pk: int):
     except (ApplicationError, ValidationError) as error:
         messages.error(request, getattr(error, "message", None) or " ".join(error.messages))
     else:
-        messages.success(request, f"Reservation #{pk} now ends {new_end:%Y-%m-%d %H:%M} UTC.")
+        messages.success(request, f"Reservation #{pk} now ends {format_when(new_end)}.")
     return redirect("reservations:reservation-list")
 
 

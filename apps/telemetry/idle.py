@@ -18,6 +18,7 @@ from apps.reservations.models import Reservation, ReservationGpu
 from apps.reservations.services import notify_team, reservation_release
 from apps.telemetry.choices import IdleKind
 from apps.telemetry.models import GpuMinuteRollup, IdleInterval, IdleWarning
+from portal.formatting import format_when
 
 COVERAGE = 0.8  # share of the window's minutes that must have telemetry to call a GPU idle
 
@@ -77,13 +78,14 @@ def idle_bookings_check(*, now: datetime | None = None) -> dict[str, int]:
                 IdleWarning.objects.create(
                     reservation=reservation,
                     warned_at=now,
-                    reason=f"below {settings.IDLE_UTIL_PERCENT}% since {since:%H:%M} UTC",
+                    reason=f"below {settings.IDLE_UTIL_PERCENT}% since "
+                    f"{format_when(since, 'time')}",
                 )
                 notify_team(
                     reservation,
                     f"GPU reservation #{reservation.pk} is idle",
                     f"{reservation} has used its GPUs below {settings.IDLE_UTIL_PERCENT}% since "
-                    f"{since:%Y-%m-%d %H:%M} UTC. Unless they get busy, it is released in "
+                    f"{format_when(since)}. Unless they get busy, it is released in "
                     f"{int(grace.total_seconds() // 60)} minutes so others can use them.\n",
                 )
             result["warned"] += 1
@@ -91,8 +93,8 @@ def idle_bookings_check(*, now: datetime | None = None) -> dict[str, int]:
             reservation_release(
                 reservation=reservation,
                 reason=f"idle: GPUs below {settings.IDLE_UTIL_PERCENT}% since "
-                f"{since:%Y-%m-%d %H:%M} UTC and after a warning at "
-                f"{warning.warned_at:%H:%M} UTC",
+                f"{format_when(since)} and after a warning at "
+                f"{format_when(warning.warned_at, 'time')}",
             )
             result["released"] += 1
     return result

@@ -17,6 +17,7 @@ from apps.fleet.choices import NodeStatus
 from apps.fleet.models import Gpu, GpuModel, Node
 from apps.fleet.services import node_set_reachable
 from apps.telemetry.models import GpuSample, IngestBatch, TelemetryCounter, TelemetryDeadLetter
+from portal.formatting import format_when
 
 logger = logging.getLogger(__name__)
 
@@ -129,7 +130,7 @@ def nodes_mark_unreachable(*, now: datetime | None = None) -> list[str]:
             status=NodeStatus.UP, last_seen__lt=now - silence
         )
         for node in stale:
-            reason = f"no telemetry since {node.last_seen:%Y-%m-%d %H:%M:%S} UTC"
+            reason = f"no telemetry since {format_when(node.last_seen)}"
             if node_set_reachable(node=node, reachable=False, reason=reason, now=now):
                 marked.append(node.hostname)
     return marked

@@ -17,6 +17,7 @@ from apps.reservations.choices import ReservationStatus
 from apps.reservations.models import Reservation, ReservationGpu
 from apps.reservations.services import reservation_create
 from apps.teams.models import Quota, Team, User
+from portal.formatting import format_when
 from tests.browser.conftest import ARTIFACTS_DIR, DEFAULT_TIMEOUT_MS, login
 
 H100 = "H100-SXM-80GB"
@@ -246,8 +247,8 @@ def test_conflict_shows_inline_error_and_next_free_slot(make_page):
     error = page.get_by_test_id("booking-error")
     expect(error).to_have_attribute("role", "alert")
     expect(error).to_contain_text(
-        f"Only 0 {H100} GPUs are free from {window_start:%Y-%m-%d %H:%M} to "
-        f"{window_end:%Y-%m-%d %H:%M} UTC; you asked for 1."
+        f"Only 0 {H100} GPUs are free from {format_when(window_start)} to "
+        f"{format_when(window_end)}; you asked for 1."
     )
     assert urlparse(page.url).path == "/reservations/new/"
     assert not _vision_reservations().exists(), "a refused booking wrote a reservation"
@@ -311,7 +312,7 @@ def test_member_extends_booking_from_list(page):
 
     new_end = start + timedelta(hours=3, minutes=30)
     expect(page.get_by_role("status")).to_contain_text(
-        f"Reservation #{booking.pk} now ends {new_end:%Y-%m-%d %H:%M} UTC."
+        f"Reservation #{booking.pk} now ends {format_when(new_end)}."
     )
     booking.refresh_from_db()
     assert booking.end == new_end

@@ -47,6 +47,8 @@ def test_booking_form_shows_conflict_inline_with_next_slot(
     client.force_login(member)
     page = client.post("/reservations/new/", _form(tomorrow_9)).content.decode()
     assert "Only 0 H100-SXM-80GB GPUs are free" in page
+    # Times in messages follow the pages' one format, the zone named.
+    assert f"from {tomorrow_9:%b} {tomorrow_9.day}, {tomorrow_9.year}, 09:00 UTC to " in page
     assert "Use the next free slot" in page
     assert not Reservation.objects.filter(team__slug="vision").exists()
 
