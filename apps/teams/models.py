@@ -111,6 +111,10 @@ class Membership(models.Model):
             )
         ]
 
+    @property
+    def is_team_admin(self) -> bool:
+        return self.role == TeamRole.TEAM_ADMIN
+
     def __str__(self) -> str:
         return f"{self.user} in {self.team} ({self.role})"
 

@@ -12,6 +12,7 @@ from apps.fleet.models import Gpu
 from apps.reservations.choices import OPEN_STATUSES, ReservationStatus
 from apps.reservations.models import Reservation, ReservationGpu
 from apps.teams.models import Team
+from apps.telemetry.choices import IdleKind
 from apps.telemetry.models import GpuMinuteRollup, IdleInterval
 
 
@@ -58,7 +59,12 @@ def idle_hours(filters: Filters) -> dict:
             for key, values in sorted(series.items())
         },
         "by_model": [
-            {"kind": kind, "model_name": name, "gpu_hours": round(hours, 3)}
+            {
+                "kind": kind,
+                "kind_label": IdleKind(kind).label,
+                "model_name": name,
+                "gpu_hours": round(hours, 3),
+            }
             for (kind, name), hours in sorted(by_model.items())
         ],
     }
