@@ -111,12 +111,12 @@ class Membership(models.Model):
             )
         ]
 
+    def __str__(self) -> str:
+        return f"{self.user} in {self.team} ({self.role})"
+
     @property
     def is_team_admin(self) -> bool:
         return self.role == TeamRole.TEAM_ADMIN
-
-    def __str__(self) -> str:
-        return f"{self.user} in {self.team} ({self.role})"
 
 
 class Quota(models.Model):

@@ -46,7 +46,11 @@ from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from apps.jobs.scheduler.explain import ExplainMixin, gpus_phrase
+from apps.jobs.scheduler.modes import BASELINE, GUARANTEE, SPARE, Candidate
 from apps.jobs.scheduler.pool import FreePool
+from apps.jobs.scheduler.preemption import PreemptionMixin
+from apps.jobs.scheduler.quotas import UNLIMITED, QuotaBook
 from apps.jobs.scheduler.state import (
     Booking,
     ClusterState,
@@ -55,21 +59,14 @@ from apps.jobs.scheduler.state import (
     Pending,
     PendingReason,
     Placement,
-    Preemption,
     PriorityClass,
     QueuedJob,
     RunningJob,
     TeamQuota,
 )
+from apps.jobs.scheduler.usage import UsageMeter
 
 POLICIES = ("fairshare", "fifo", "sjf")
-UNLIMITED = 10**9
-LN2 = math.log(2.0)
-
-# Which jobs a placement pass considers and which quota bounds them.
-_GUARANTEE = "guarantee"  # fairshare phase 2: within the team's guarantee
-_SPARE = "spare"  # fairshare phase 3: within the limit
-_BASELINE = "baseline"  # fifo / sjf: within the limit, every class
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,105 +94,6 @@ class SchedulerConfig:
     explain: bool = True
 
 
-def decay_usage(
-    usage: dict[str, float],
-    running: list[RunningJob],
-    *,
-    elapsed: float,
-    half_life: float,
-) -> dict[str, float]:
-    """Usage after ``elapsed`` seconds: old GPU-seconds decay, running jobs add theirs."""
-    factor = 0.5 ** (elapsed / half_life) if half_life > 0 else 0.0
-    out = {team: value * factor for team, value in usage.items()}
-    for job in running:
-        out[job.team] = out.get(job.team, 0.0) + len(job.gpu_ids) * elapsed
-    return out
-
-
-class UsageMeter:
-    """Decayed GPU-seconds per team, brought up to date only when read or changed.
-
-    Each team keeps (value at t, GPUs running, t); between changes the value follows
-    du/dt = GPUs - ln2 / half_life * u exactly, so reading it costs O(1) whatever the gap."""
-
-    def __init__(self, half_life: float) -> None:
-        self.half_life = max(1.0, half_life)
-        self.k = LN2 / self.half_life
-        self.rec: dict[str, tuple[float, int, float]] = {}
-
-    def at(self, team: str, now: float) -> float:
-        rec = self.rec.get(team)
-        if rec is None:
-            return 0.0
-        value, rate, t = rec
-        if now <= t:
-            return value
-        factor = 0.5 ** ((now - t) / self.half_life)
-        return value * factor + rate * (1.0 - factor) / self.k
-
-    def change(self, team: str, gpus: int, now: float) -> None:
-        """``gpus`` more (or fewer) GPUs of the team run from ``now``."""
-        rate = self.rec[team][1] if team in self.rec else 0
-        self.rec[team] = (self.at(team, now), rate + gpus, now)
-
-    def snapshot(self, now: float) -> dict[str, float]:
-        return {team: self.at(team, now) for team in self.rec}
-
-    def view(self, now: float) -> Mapping[str, float]:
-        """The usage of every team at ``now``, computed when a team's value is read."""
-        return _UsageView(self, now)
-
-
-class _UsageView(Mapping):
-    def __init__(self, meter: UsageMeter, now: float) -> None:
-        self.meter, self.now = meter, now
-
-    def __getitem__(self, team: str) -> float:
-        if team not in self.meter.rec:
-            raise KeyError(team)
-        return self.meter.at(team, self.now)
-
-    def __iter__(self):
-        return iter(self.meter.rec)
-
-    def __len__(self) -> int:
-        return len(self.meter.rec)
-
-
-def _pretty_model(model: str | None) -> str:
-    return model if model else "GPUs of any model"
-
-
-def _gpus_phrase(count: int, model: str | None) -> str:
-    noun = "GPU" if count == 1 else "GPUs"
-    return f"{count} free {model} {noun}" if model else f"{count} free {noun}"
-
-
-class _Quotas:
-    """Quota rows by (team, model); a row with model None covers every model of the team."""
-
-    def __init__(self, quotas: list[TeamQuota], default_limit: int) -> None:
-        self.rows: dict[tuple[str, str | None], TeamQuota] = {(q.team, q.model): q for q in quotas}
-        self.default_limit = default_limit
-        self.used: dict[tuple[str, str | None], int] = defaultdict(int)
-        self.weight: dict[str, float] = defaultdict(float)
-        for q in quotas:
-            self.weight[q.team] += q.guaranteed
-
-    def key(self, team: str, model: str) -> tuple[str, str | None]:
-        if (team, model) in self.rows:
-            return (team, model)
-        return (team, None)
-
-    def guaranteed(self, key: tuple[str, str | None]) -> int:
-        row = self.rows.get(key)
-        return row.guaranteed if row else 0
-
-    def limit(self, key: tuple[str, str | None]) -> int:
-        row = self.rows.get(key)
-        return row.limit if row else self.default_limit
-
-
 def _order_key(policy: str):
     if policy == "sjf":
         return lambda j: (j.max_runtime, j.submitted_at, j.job_id)
@@ -221,15 +119,7 @@ def running_from(
     )
 
 
-@dataclass(slots=True)
-class _Candidate:
-    key: tuple
-    job: QueuedJob
-    model: str
-    picks: list[int] | None  # found already (booked GPUs in play), else found when placed
-
-
-class Engine:
+class Engine(PreemptionMixin, ExplainMixin):
     """Scheduler state kept between cycles; see the module docstring."""
 
     def __init__(
@@ -244,7 +134,7 @@ class Engine:
         self.policy = policy
         self.config = config or SchedulerConfig()
         self.pool = FreePool(gpus)
-        self.quotas = _Quotas(quotas, self.config.default_limit)
+        self.quotas = QuotaBook(quotas, self.config.default_limit)
         self.order = _order_key(policy)
         self.queue_order = _order_key("fifo" if policy == "fairshare" else policy)
         self.total_capacity = max(1, len(gpus))
@@ -396,7 +286,7 @@ class Engine:
         if self.reservation_jobs:
             self._reservations()
         if self.policy == "fairshare":
-            self._by_order(_GUARANTEE)
+            self._by_order(GUARANTEE)
             self._spare()
             # GPUs that preemptions free beyond what the waiting job takes were not offered
             # to anyone: the next cycle must look at every team again.
@@ -404,7 +294,7 @@ class Engine:
             if self.config.preemption_enabled and self.preemptible:
                 self._preempt()
         else:
-            self._by_order(_BASELINE)
+            self._by_order(BASELINE)
             mark = self.gained
         if self.config.explain:
             self._explain()
@@ -436,9 +326,9 @@ class Engine:
             bounds = (key, self.quotas.guaranteed(key), self.quotas.limit(key))
             self._bounds[(team, model)] = bounds
         key, guaranteed, limit = bounds
-        return (guaranteed if mode == _GUARANTEE else limit) - self.quotas.used[key]
+        return (guaranteed if mode == GUARANTEE else limit) - self.quotas.used[key]
 
-    def _candidate(self, team: str, mode: str, *, fitting: bool = True) -> _Candidate | None:
+    def _candidate(self, team: str, mode: str, *, fitting: bool = True) -> Candidate | None:
         """The team's first queued job (queue order) that the pass may place now: within the
         quota bound of ``mode`` and, when ``fitting``, with room in the free GPUs."""
         shapes = self.buckets.get(team)
@@ -453,10 +343,10 @@ class Engine:
         if not positive:
             return None
         room: dict[tuple[str, bool], int] = {}  # (model, same node) -> largest gang that fits
-        skip = PriorityClass.PREEMPTIBLE if mode == _GUARANTEE else None
-        if mode == _SPARE:
+        skip = PriorityClass.PREEMPTIBLE if mode == GUARANTEE else None
+        if mode == SPARE:
             skip = PriorityClass.GUARANTEED
-        best: _Candidate | None = None
+        best: Candidate | None = None
         best_key = None
         for shape, entries in shapes.items():
             pclass, gpu_model, count, same_node = shape
@@ -469,7 +359,7 @@ class Engine:
                 if count > caps.get(model, 0):
                     continue
                 if not fitting:
-                    best = _Candidate(head_key, self.queued[entries[0][1]], model, None)
+                    best = Candidate(head_key, self.queued[entries[0][1]], model, None)
                     best_key = head_key
                     break
                 if model not in pool.booked or not pool.has_booked(model):
@@ -480,7 +370,7 @@ class Engine:
                             pool.max_free_on_node(model) if same_node else pool.total[model]
                         )
                     if count <= fits:
-                        best = _Candidate(head_key, self.queued[entries[0][1]], model, None)
+                        best = Candidate(head_key, self.queued[entries[0][1]], model, None)
                         best_key = head_key
                         break
                     continue
@@ -490,7 +380,7 @@ class Engine:
                     break
         return best
 
-    def _first_backfill(self, entries, model, count, same_node, best) -> _Candidate | None:
+    def _first_backfill(self, entries, model, count, same_node, best) -> Candidate | None:
         """With booked GPUs in play a shorter job deeper in the bucket may fit where the head
         does not; failed (shape, runtime) pairs are remembered for the cycle."""
         shape = (model, count, same_node)
@@ -504,10 +394,10 @@ class Engine:
             if picks is None:
                 self.failed[shape] = min(self.failed.get(shape, math.inf), job.max_runtime)
                 continue
-            return _Candidate(key, job, model, picks)
+            return Candidate(key, job, model, picks)
         return None
 
-    def _place(self, cand: _Candidate, over: bool, *, after_preemption: bool = False) -> bool:
+    def _place(self, cand: Candidate, over: bool, *, after_preemption: bool = False) -> bool:
         job = cand.job
         picks = cand.picks or self.pool.find(
             cand.model, job.gpu_count, job.same_node, self.now + job.max_runtime
@@ -526,8 +416,8 @@ class Engine:
         self.placed_count += 1
         return True
 
-    def _over(self, cand: _Candidate, mode: str) -> bool:
-        if mode == _GUARANTEE:
+    def _over(self, cand: Candidate, mode: str) -> bool:
+        if mode == GUARANTEE:
             return False
         job = cand.job
         key = self.quotas.key(job.team, cand.model)
@@ -588,170 +478,19 @@ class Engine:
         heapq.heapify(heap)
         while heap and not self.pool.exhausted():
             share, team = heapq.heappop(heap)
-            cand = self._candidate(team, _SPARE)
+            cand = self._candidate(team, SPARE)
             if cand is None:
                 continue
             now_share = self._share(team, cand.job)
             if now_share != share:
                 heapq.heappush(heap, (now_share, team))
                 continue
-            self._place(cand, self._over(cand, _SPARE))
-            cand = self._candidate(team, _SPARE)
+            self._place(cand, self._over(cand, SPARE))
+            cand = self._candidate(team, SPARE)
             if cand is not None:
                 heapq.heappush(heap, (self._share(team, cand.job), team))
 
     # -- preemption --------------------------------------------------------------------------
-
-    def _lost(self, run: RunningJob) -> float:
-        """GPU-seconds a preemption throws away (none for a job that resumes)."""
-        if run.checkpointable:
-            return 0.0
-        return len(run.gpu_ids) * max(0.0, self.now - run.started_at)
-
-    def _preempt(self) -> None:
-        skip = self._no_preemption
-        if skip is not None and skip[0] == self.version and self.now < skip[1]:
-            return
-        version_before = self.version
-        if self.gained == self._gain_mark:
-            # No GPU came back: a team that changed nothing keeps its failed candidate.
-            teams = sorted(
-                t
-                for t in self.buckets
-                if t in self._dirty or self._team_retry.get(t, math.inf) <= self.now
-            )
-        else:
-            teams = sorted(self.buckets)
-        heap = [
-            (key, team)
-            for team in teams
-            if any(self._cap(team, m, _GUARANTEE, None) > 0 for m in self.pool.models)
-            and (key := self._head_key(team))
-        ]
-        self.eligible = None
-        self._next_eligible = math.inf
-        preempted, retry = False, math.inf
-        heapq.heapify(heap)
-        while heap:
-            key, team = heapq.heappop(heap)
-            cand = self._candidate(team, _GUARANTEE, fitting=False)
-            if cand is None:
-                self._team_retry.pop(team, None)
-                continue
-            if cand.key != key:
-                heapq.heappush(heap, (cand.key, team))
-                continue
-            # A job that could not start by preempting still cannot until GPUs come back or
-            # another victim passes the minimum runtime (losses only grow meanwhile).
-            failed = self._preempt_failed.get(cand.job.job_id)
-            if failed is not None and failed[0] == self.gained and self.now < failed[1]:
-                retry = min(retry, failed[1])
-                self._team_retry[team] = failed[1]
-                continue
-            if self.eligible is None:
-                self._collect_victims()
-            if not self.eligible or not self._preempt_for(cand):
-                self._preempt_failed[cand.job.job_id] = (self.gained, self._next_eligible)
-                retry = min(retry, self._next_eligible)
-                self._team_retry[team] = self._next_eligible
-                continue  # the team's oldest job cannot start by preempting; try no further
-            preempted = True
-            cand = self._candidate(team, _GUARANTEE, fitting=False)
-            if cand is not None:
-                heapq.heappush(heap, (cand.key, team))
-        if not preempted and self.version == version_before:
-            self._no_preemption = (self.version, retry)
-
-    def _collect_victims(self) -> None:
-        cfg = self.config
-        eligible, next_eligible = [], math.inf
-        for j in self.preemptible:
-            r = self.running[j]
-            if r.preemptions >= cfg.max_preemptions_per_job:
-                continue
-            ready = r.started_at + cfg.preempt_min_runtime_seconds
-            if r.started_at < self.now and ready <= self.now:
-                eligible.append(r)
-            else:
-                next_eligible = min(next_eligible, max(ready, r.started_at + 1e-6))
-        self._loss = {r.job_id: self._lost(r) for r in eligible}
-        eligible.sort(key=lambda r: (self._loss[r.job_id], len(r.gpu_ids), -r.started_at, r.job_id))
-        self.eligible = eligible
-        self._next_eligible = next_eligible
-
-    def _preempt_for(self, cand: _Candidate) -> bool:  # noqa: C901 - to split
-        job, model = cand.job, cand.model
-        count = job.gpu_count
-        budget = self.config.preempt_max_lost_ratio * count * job.max_runtime
-        lost = self._loss
-        chosen: list[RunningJob] | None = None
-        if job.same_node or count <= self.pool.largest[model]:
-            # Per node: its free GPUs plus the cheapest victims there; the cheapest node wins.
-            best = None
-            need: dict[str, list] = {}
-            for r in self.eligible:
-                if lost[r.job_id] > budget:
-                    break  # sorted by loss: every later victim alone is over the budget
-                if r.model != model or r.team == job.team:
-                    continue
-                for node, n in self.spread[r.job_id].items():
-                    state = need.get(node)
-                    if state is None:
-                        have = len(self.pool.free[model].get(node, ()))
-                        state = need[node] = [have, 0.0, []]
-                    if state[0] >= count or state[1] > budget:
-                        continue
-                    state[0] += n
-                    state[1] += lost[r.job_id]
-                    state[2].append(r)
-            for node in sorted(need):
-                have, cost, picked = need[node]
-                if (
-                    have >= count
-                    and cost <= budget
-                    and (best is None or (cost, len(picked)) < best[0])
-                ):
-                    best = ((cost, len(picked)), picked)
-            chosen = best[1] if best else None
-        if chosen is None and not job.same_node:
-            free, cost, chosen = self.pool.total.get(model, 0), 0.0, []
-            for r in self.eligible:
-                if free >= count or cost > budget:
-                    break
-                if r.model != model or r.team == job.team:
-                    continue
-                chosen.append(r)
-                free += len(r.gpu_ids)
-                cost += lost[r.job_id]
-            if free < count or cost > budget:
-                chosen = None
-        if not chosen:
-            return False
-        for r in chosen:
-            self.remove_running(r.job_id)
-        picks = self.pool.find(model, count, job.same_node, self.now + job.max_runtime)
-        if picks is None:
-            for r in chosen:
-                self.add_running(r)
-            return False
-        gone = {r.job_id for r in chosen}
-        self.eligible = [r for r in self.eligible if r.job_id not in gone]
-        for r in chosen:
-            self.decision.preemptions.append(Preemption(r.job_id, job.job_id, lost[r.job_id]))
-        self._place(_Candidate(cand.key, job, model, picks), False, after_preemption=True)
-        n = len(chosen)
-        self.decision.pending.append(
-            Pending(
-                job.job_id,
-                PendingReason.WAITING_FOR_PREEMPTION,
-                f"Stopping {n} over-quota job{'s' if n != 1 else ''} of other teams to free "
-                "its guaranteed GPUs.",
-                self.now + self.config.grace_seconds,
-            )
-        )
-        return True
-
-    # -- reservations ------------------------------------------------------------------------
 
     def _reservations(self) -> None:
         for job in sorted(self.reservation_jobs.values(), key=_order_key("fifo")):
@@ -782,117 +521,17 @@ class Engine:
                     if not fitting:
                         continue
                     picks = min(fitting, key=len)[: job.gpu_count]
-                self._place(_Candidate((), job, model, picks), False)
+                self._place(Candidate((), job, model, picks), False)
                 placed = True
                 break
             if not placed:
                 self.explained[job.job_id] = Pending(
                     job.job_id,
                     PendingReason.NO_CAPACITY,
-                    f"Its reservation has no {_gpus_phrase(job.gpu_count, job.gpu_model)} "
-                    "left now.",
+                    f"Its reservation has no {gpus_phrase(job.gpu_count, job.gpu_model)} left now.",
                 )
 
     # -- why the others wait -----------------------------------------------------------------
-
-    def _explain(self) -> None:
-        waiting = {p.job_id for p in self.decision.pending}
-        fits_cache: dict[tuple, bool] = {}
-        estimates: dict[tuple, float | None] = {}
-        # Nothing changes while explaining: order the models once.
-        self._frozen_models = self._models_for(None)
-        append = self.decision.pending.append
-        for job in self.queued.values():
-            if job.job_id in waiting:
-                continue
-            pending = self.explained.get(job.job_id)
-            if pending is None:
-                reason, message = self._why(job, fits_cache)
-            else:
-                reason, message = pending.reason, pending.message
-            shape = (job.gpu_model, job.gpu_count)
-            if shape not in estimates:
-                estimates[shape] = self._estimate(job)
-            append(Pending(job.job_id, reason, message, estimates[shape]))
-        self._frozen_models = None
-
-    def _why(self, job: QueuedJob, fits_cache: dict) -> tuple[PendingReason, str]:
-        models = self._models_for(job.gpu_model)
-        guaranteed_only = (
-            self.policy == "fairshare" and job.priority_class == PriorityClass.GUARANTEED
-        )
-        mode = _GUARANTEE if guaranteed_only else _BASELINE
-        if models and all(
-            job.gpu_count > self._cap(job.team, m, mode, job.priority_class) for m in models
-        ):
-            model = job.gpu_model or models[0]
-            key = self.quotas.key(job.team, model)
-            if guaranteed_only:
-                n = self.quotas.guaranteed(key)
-                return (
-                    PendingReason.QUOTA_REACHED,
-                    f"Team {job.team} is using all {n} guaranteed {_pretty_model(model)} GPUs.",
-                )
-            n = self.quotas.limit(key)
-            return (
-                PendingReason.QUOTA_REACHED,
-                f"Team {job.team} is at its quota of {n} {_pretty_model(model)} GPUs.",
-            )
-        if not models:
-            return (
-                PendingReason.NO_CAPACITY,
-                f"No schedulable {_pretty_model(job.gpu_model)} GPUs in the fleet.",
-            )
-        model = job.gpu_model
-        if self.policy == "fairshare" and any(
-            self.initial_totals.get(m, 0) >= job.gpu_count
-            and self.pool.total.get(m, 0) < job.gpu_count
-            for m in models
-        ):
-            ahead = self.placed_count - self.placed_by_team[job.team]
-            if ahead:
-                jobs = "job" if ahead == 1 else "jobs"
-                verb = "comes" if ahead == 1 else "come"
-                return (
-                    PendingReason.FAIR_SHARE,
-                    f"Waiting behind fair share: {ahead} {jobs} of other teams {verb} first.",
-                )
-        for m in models:
-            shape = (m, job.gpu_count, job.same_node)
-            if shape not in fits_cache:
-                fits_cache[shape] = self.pool.fits_ignoring_bookings(*shape)
-        if any(fits_cache[(m, job.gpu_count, job.same_node)] for m in models):
-            return (
-                PendingReason.RESERVED,
-                f"Free {_pretty_model(model)} GPUs are booked by other teams before this job "
-                "would end.",
-            )
-        if job.same_node and job.gpu_count > 1:
-            return (
-                PendingReason.NO_CAPACITY,
-                f"No node has {_gpus_phrase(job.gpu_count, model)}.",
-            )
-        free = sum(self.pool.total.get(m, 0) for m in models)
-        return (
-            PendingReason.NO_CAPACITY,
-            f"Only {free} {_pretty_model(model)} GPUs are free; the job needs {job.gpu_count}.",
-        )
-
-    def _estimate(self, job: QueuedJob) -> float | None:
-        """When enough GPUs of the model will be free if running jobs use all their time."""
-        best: float | None = None
-        for model in self._models_for(job.gpu_model):
-            if self.pool.capacity[model] < job.gpu_count:
-                continue
-            free = self.pool.total.get(model, 0)
-            if free >= job.gpu_count:
-                return self.now
-            times = sorted([*self.releases.get(model, []), *self.booking_releases.get(model, [])])
-            idx = job.gpu_count - free - 1
-            if idx < len(times):
-                t = max(self.now, times[idx])
-                best = t if best is None else min(best, t)
-        return best
 
 
 def engine_from_state(
@@ -927,7 +566,6 @@ __all__ = [
     "Engine",
     "SchedulerConfig",
     "UsageMeter",
-    "decay_usage",
     "engine_from_state",
     "running_from",
     "schedule",

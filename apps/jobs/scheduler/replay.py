@@ -28,13 +28,7 @@ import math
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field, replace
 
-from apps.jobs.scheduler.core import (
-    Engine,
-    SchedulerConfig,
-    UsageMeter,
-    running_from,
-    schedule,
-)
+from apps.jobs.scheduler.core import Engine, SchedulerConfig, running_from, schedule
 from apps.jobs.scheduler.state import (
     ClusterState,
     Decision,
@@ -44,6 +38,7 @@ from apps.jobs.scheduler.state import (
     RunningJob,
     TeamQuota,
 )
+from apps.jobs.scheduler.usage import UsageMeter
 
 SLOWDOWN_FLOOR_SECONDS = 10.0
 JOB_COLUMNS = (

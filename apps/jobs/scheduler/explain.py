@@ -1,0 +1,122 @@
+"""Why a job waits, in a sentence, and when it should start: a mixin of ``Engine`` that reads
+its state after a cycle."""
+
+from __future__ import annotations
+
+from apps.jobs.scheduler.modes import BASELINE, GUARANTEE
+from apps.jobs.scheduler.state import (
+    Pending,
+    PendingReason,
+    PriorityClass,
+    QueuedJob,
+)
+
+
+def pretty_model(model: str | None) -> str:
+    return model if model else "GPUs of any model"
+
+
+def gpus_phrase(count: int, model: str | None) -> str:
+    noun = "GPU" if count == 1 else "GPUs"
+    return f"{count} free {model} {noun}" if model else f"{count} free {noun}"
+
+
+class ExplainMixin:
+    def _explain(self) -> None:
+        waiting = {p.job_id for p in self.decision.pending}
+        fits_cache: dict[tuple, bool] = {}
+        estimates: dict[tuple, float | None] = {}
+        # Nothing changes while explaining: order the models once.
+        self._frozen_models = self._models_for(None)
+        append = self.decision.pending.append
+        for job in self.queued.values():
+            if job.job_id in waiting:
+                continue
+            pending = self.explained.get(job.job_id)
+            if pending is None:
+                reason, message = self._why(job, fits_cache)
+            else:
+                reason, message = pending.reason, pending.message
+            shape = (job.gpu_model, job.gpu_count)
+            if shape not in estimates:
+                estimates[shape] = self._estimate(job)
+            append(Pending(job.job_id, reason, message, estimates[shape]))
+        self._frozen_models = None
+
+    def _why(self, job: QueuedJob, fits_cache: dict) -> tuple[PendingReason, str]:
+        models = self._models_for(job.gpu_model)
+        guaranteed_only = (
+            self.policy == "fairshare" and job.priority_class == PriorityClass.GUARANTEED
+        )
+        mode = GUARANTEE if guaranteed_only else BASELINE
+        if models and all(
+            job.gpu_count > self._cap(job.team, m, mode, job.priority_class) for m in models
+        ):
+            model = job.gpu_model or models[0]
+            key = self.quotas.key(job.team, model)
+            if guaranteed_only:
+                n = self.quotas.guaranteed(key)
+                return (
+                    PendingReason.QUOTA_REACHED,
+                    f"Team {job.team} is using all {n} guaranteed {pretty_model(model)} GPUs.",
+                )
+            n = self.quotas.limit(key)
+            return (
+                PendingReason.QUOTA_REACHED,
+                f"Team {job.team} is at its quota of {n} {pretty_model(model)} GPUs.",
+            )
+        if not models:
+            return (
+                PendingReason.NO_CAPACITY,
+                f"No schedulable {pretty_model(job.gpu_model)} GPUs in the fleet.",
+            )
+        model = job.gpu_model
+        if self.policy == "fairshare" and any(
+            self.initial_totals.get(m, 0) >= job.gpu_count
+            and self.pool.total.get(m, 0) < job.gpu_count
+            for m in models
+        ):
+            ahead = self.placed_count - self.placed_by_team[job.team]
+            if ahead:
+                jobs = "job" if ahead == 1 else "jobs"
+                verb = "comes" if ahead == 1 else "come"
+                return (
+                    PendingReason.FAIR_SHARE,
+                    f"Waiting behind fair share: {ahead} {jobs} of other teams {verb} first.",
+                )
+        for m in models:
+            shape = (m, job.gpu_count, job.same_node)
+            if shape not in fits_cache:
+                fits_cache[shape] = self.pool.fits_ignoring_bookings(*shape)
+        if any(fits_cache[(m, job.gpu_count, job.same_node)] for m in models):
+            return (
+                PendingReason.RESERVED,
+                f"Free {pretty_model(model)} GPUs are booked by other teams before this job "
+                "would end.",
+            )
+        if job.same_node and job.gpu_count > 1:
+            return (
+                PendingReason.NO_CAPACITY,
+                f"No node has {gpus_phrase(job.gpu_count, model)}.",
+            )
+        free = sum(self.pool.total.get(m, 0) for m in models)
+        return (
+            PendingReason.NO_CAPACITY,
+            f"Only {free} {pretty_model(model)} GPUs are free; the job needs {job.gpu_count}.",
+        )
+
+    def _estimate(self, job: QueuedJob) -> float | None:
+        """When enough GPUs of the model will be free if running jobs use all their time."""
+        best: float | None = None
+        for model in self._models_for(job.gpu_model):
+            if self.pool.capacity[model] < job.gpu_count:
+                continue
+            free = self.pool.total.get(model, 0)
+            if free >= job.gpu_count:
+                return self.now
+            times = sorted([*self.releases.get(model, []), *self.booking_releases.get(model, [])])
+            idx = job.gpu_count - free - 1
+            if idx < len(times):
+                t = max(self.now, times[idx])
+                best = t if best is None else min(best, t)
+        return best

@@ -1,0 +1,169 @@
+"""Preemption a loaded cluster can live with (see core's docstring, step 4): bounded by a
+minimum runtime, a cap per job and a loss budget, only when the waiting job starts at once,
+victims losing the least GPU-time. A mixin of ``Engine``: it reads the engine's state."""
+
+from __future__ import annotations
+
+import heapq
+import math
+
+from apps.jobs.scheduler.modes import GUARANTEE, Candidate
+from apps.jobs.scheduler.state import (
+    Pending,
+    PendingReason,
+    Preemption,
+    RunningJob,
+)
+
+
+class PreemptionMixin:
+    def _lost(self, run: RunningJob) -> float:
+        """GPU-seconds a preemption throws away (none for a job that resumes)."""
+        if run.checkpointable:
+            return 0.0
+        return len(run.gpu_ids) * max(0.0, self.now - run.started_at)
+
+    def _preempt(self) -> None:
+        skip = self._no_preemption
+        if skip is not None and skip[0] == self.version and self.now < skip[1]:
+            return
+        version_before = self.version
+        if self.gained == self._gain_mark:
+            # No GPU came back: a team that changed nothing keeps its failed candidate.
+            teams = sorted(
+                t
+                for t in self.buckets
+                if t in self._dirty or self._team_retry.get(t, math.inf) <= self.now
+            )
+        else:
+            teams = sorted(self.buckets)
+        heap = [
+            (key, team)
+            for team in teams
+            if any(self._cap(team, m, GUARANTEE, None) > 0 for m in self.pool.models)
+            and (key := self._head_key(team))
+        ]
+        self.eligible = None
+        self._next_eligible = math.inf
+        preempted, retry = False, math.inf
+        heapq.heapify(heap)
+        while heap:
+            key, team = heapq.heappop(heap)
+            cand = self._candidate(team, GUARANTEE, fitting=False)
+            if cand is None:
+                self._team_retry.pop(team, None)
+                continue
+            if cand.key != key:
+                heapq.heappush(heap, (cand.key, team))
+                continue
+            # A job that could not start by preempting still cannot until GPUs come back or
+            # another victim passes the minimum runtime (losses only grow meanwhile).
+            failed = self._preempt_failed.get(cand.job.job_id)
+            if failed is not None and failed[0] == self.gained and self.now < failed[1]:
+                retry = min(retry, failed[1])
+                self._team_retry[team] = failed[1]
+                continue
+            if self.eligible is None:
+                self._collect_victims()
+            if not self.eligible or not self._preempt_for(cand):
+                self._preempt_failed[cand.job.job_id] = (self.gained, self._next_eligible)
+                retry = min(retry, self._next_eligible)
+                self._team_retry[team] = self._next_eligible
+                continue  # the team's oldest job cannot start by preempting; try no further
+            preempted = True
+            cand = self._candidate(team, GUARANTEE, fitting=False)
+            if cand is not None:
+                heapq.heappush(heap, (cand.key, team))
+        if not preempted and self.version == version_before:
+            self._no_preemption = (self.version, retry)
+
+    def _collect_victims(self) -> None:
+        cfg = self.config
+        eligible, next_eligible = [], math.inf
+        for j in self.preemptible:
+            r = self.running[j]
+            if r.preemptions >= cfg.max_preemptions_per_job:
+                continue
+            ready = r.started_at + cfg.preempt_min_runtime_seconds
+            if r.started_at < self.now and ready <= self.now:
+                eligible.append(r)
+            else:
+                next_eligible = min(next_eligible, max(ready, r.started_at + 1e-6))
+        self._loss = {r.job_id: self._lost(r) for r in eligible}
+        eligible.sort(key=lambda r: (self._loss[r.job_id], len(r.gpu_ids), -r.started_at, r.job_id))
+        self.eligible = eligible
+        self._next_eligible = next_eligible
+
+    def _preempt_for(self, cand: Candidate) -> bool:  # noqa: C901 - to split
+        job, model = cand.job, cand.model
+        count = job.gpu_count
+        budget = self.config.preempt_max_lost_ratio * count * job.max_runtime
+        lost = self._loss
+        chosen: list[RunningJob] | None = None
+        if job.same_node or count <= self.pool.largest[model]:
+            # Per node: its free GPUs plus the cheapest victims there; the cheapest node wins.
+            best = None
+            need: dict[str, list] = {}
+            for r in self.eligible:
+                if lost[r.job_id] > budget:
+                    break  # sorted by loss: every later victim alone is over the budget
+                if r.model != model or r.team == job.team:
+                    continue
+                for node, n in self.spread[r.job_id].items():
+                    state = need.get(node)
+                    if state is None:
+                        have = len(self.pool.free[model].get(node, ()))
+                        state = need[node] = [have, 0.0, []]
+                    if state[0] >= count or state[1] > budget:
+                        continue
+                    state[0] += n
+                    state[1] += lost[r.job_id]
+                    state[2].append(r)
+            for node in sorted(need):
+                have, cost, picked = need[node]
+                if (
+                    have >= count
+                    and cost <= budget
+                    and (best is None or (cost, len(picked)) < best[0])
+                ):
+                    best = ((cost, len(picked)), picked)
+            chosen = best[1] if best else None
+        if chosen is None and not job.same_node:
+            free, cost, chosen = self.pool.total.get(model, 0), 0.0, []
+            for r in self.eligible:
+                if free >= count or cost > budget:
+                    break
+                if r.model != model or r.team == job.team:
+                    continue
+                chosen.append(r)
+                free += len(r.gpu_ids)
+                cost += lost[r.job_id]
+            if free < count or cost > budget:
+                chosen = None
+        if not chosen:
+            return False
+        for r in chosen:
+            self.remove_running(r.job_id)
+        picks = self.pool.find(model, count, job.same_node, self.now + job.max_runtime)
+        if picks is None:
+            for r in chosen:
+                self.add_running(r)
+            return False
+        gone = {r.job_id for r in chosen}
+        self.eligible = [r for r in self.eligible if r.job_id not in gone]
+        for r in chosen:
+            self.decision.preemptions.append(Preemption(r.job_id, job.job_id, lost[r.job_id]))
+        self._place(Candidate(cand.key, job, model, picks), False, after_preemption=True)
+        n = len(chosen)
+        self.decision.pending.append(
+            Pending(
+                job.job_id,
+                PendingReason.WAITING_FOR_PREEMPTION,
+                f"Stopping {n} over-quota job{'s' if n != 1 else ''} of other teams to free "
+                "its guaranteed GPUs.",
+                self.now + self.config.grace_seconds,
+            )
+        )
+        return True
+
+    # -- reservations ------------------------------------------------------------------------
