@@ -511,6 +511,8 @@ SLURM_POLL_BATCH = env.int("SLURM_POLL_BATCH", default=500)
 SLURM_ACCOUNTING_LOOKBACK_HOURS = env.int("SLURM_ACCOUNTING_LOOKBACK_HOURS", default=6)
 # A portal job found in neither squeue nor sacct for this long is marked failed.
 SLURM_LOST_AFTER_SECONDS = env.int("SLURM_LOST_AFTER_SECONDS", default=600)
+# How often beat reads Slurm's node states (sinfo) into the fleet page and drains.
+SLURM_NODES_SECONDS = env.float("SLURM_NODES_SECONDS", default=60.0)
 SLURM_HOOKS = {
     "job.submitted": "apps.integrations.slurm.services.on_job_submitted",
     "job.cancelled": "apps.integrations.slurm.services.on_job_cancelled",
@@ -519,6 +521,7 @@ SLURM_HOOKS = {
     "reservation.ended": "apps.integrations.slurm.services.on_reservation_ended",
     "quota.changed": "apps.integrations.slurm.services.on_quota_changed",
     "node.state_changed": "apps.integrations.slurm.services.on_node_state_changed",
+    "fleet.node_notes": "apps.integrations.slurm.selectors.fleet_node_notes",
 }
 PORTAL_HOOKS: dict[str, list[str]] = globals().get("PORTAL_HOOKS", {})
 if SLURM_ENABLED:
@@ -529,6 +532,11 @@ if SLURM_ENABLED:
         "task": "slurm.poll",
         "schedule": SLURM_POLL_SECONDS,
         "options": {"expires": SLURM_POLL_SECONDS},
+    }
+    CELERY_BEAT_SCHEDULE["slurm-nodes"] = {
+        "task": "slurm.nodes",
+        "schedule": SLURM_NODES_SECONDS,
+        "options": {"expires": SLURM_NODES_SECONDS},
     }
     CELERY_BEAT_SCHEDULE["slurm-sync"] = {
         "task": "slurm.sync",

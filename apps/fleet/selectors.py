@@ -6,6 +6,7 @@ from django.utils import timezone
 from apps.fleet.choices import GpuHealth, GpuStatus, NodeStatus
 from apps.fleet.models import Gpu, GpuModel, MaintenanceWindow, Node
 from apps.fleet.transitions import gpu_operations, node_operations
+from portal import hooks
 
 
 def node_list() -> QuerySet[Node]:
@@ -19,7 +20,8 @@ def gpu_list() -> QuerySet[Gpu]:
 
 
 def fleet_overview() -> list[Node]:
-    """Nodes with their physical GPUs (and MIG devices), for the fleet page, in 4 queries.
+    """Nodes with their physical GPUs (and MIG devices), for the fleet page, in 4 queries
+    (plus what subscribers of `fleet.node_notes` read: `scheduler_note` per node).
 
     Each GPU carries `open_bookings`, the bookings still to run on it, and each node their
     sum, so an admin sees whom a drain affects before confirming it."""
@@ -44,7 +46,12 @@ def fleet_overview() -> list[Node]:
             Prefetch("maintenance_windows", queryset=windows, to_attr="upcoming_maintenance"),
         )
     )
+    # What integrations know of each node (Slurm's state and reason), from their last reading.
+    notes: dict[str, str] = {}
+    for answer in hooks.emit("fleet.node_notes", nodes=nodes):
+        notes.update(answer or {})
     for node in nodes:
+        node.scheduler_note = notes.get(node.hostname, "")
         node.open_bookings = sum(gpu.open_bookings for gpu in node.physical_gpus)
         node.operations = node_operations(node)
         for gpu in node.physical_gpus:

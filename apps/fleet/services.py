@@ -217,3 +217,33 @@ def gpu_set_health(*, gpu: Gpu, health: str, reason: str) -> bool:
         reason=reason,
     )
     return True
+
+
+# --- states observed by an external scheduler -------------------------------------------------
+# Where an integration runs the work (Slurm), the scheduler's operators may take a node out of
+# service there; the portal follows through here so the change is audited like any other.
+
+
+@transaction.atomic
+def node_set_scheduler_drained(*, node: Node, drained: bool, scheduler: str, reason: str) -> bool:
+    """Drain a node (`drained=True`) because the scheduler that runs its work took it out of
+    service, or undrain it when the scheduler puts it back. Actor is the system; the audit names
+    the scheduler and its reason. The scheduler is not told (it is the source): no
+    `node.state_changed` event. Bookings on a drained node move like on an admin's drain.
+    Whether an undrain is the scheduler's to make (it drained the node, not an admin) is the
+    caller's record. Returns True if the state changed."""
+    operation = "drain" if drained else "undrain"
+    node = Node.objects.select_for_update().get(pk=node.pk)
+    allowed_from, _ = NODE_TRANSITIONS[operation]
+    if node.status not in allowed_from:
+        return False
+    _transition(
+        obj=node,
+        transitions=NODE_TRANSITIONS,
+        operation=operation,
+        actor=None,
+        reason=f"{scheduler}: {reason}" if reason else scheduler,
+    )
+    if drained:
+        _relocate_bookings(list(node.gpus.values_list("id", flat=True)), None)
+    return True

@@ -74,3 +74,23 @@ class SlurmReservation(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class SlurmNode(models.Model):
+    """The last `sinfo` reading of a node (the fleet page shows it; no Slurm call per page
+    view), and whether the portal's node is drained because Slurm took it out of service."""
+
+    hostname = models.CharField(max_length=253, unique=True)
+    state = models.CharField(max_length=64)
+    reason = models.CharField(max_length=500, blank=True)
+    read_at = models.DateTimeField()
+    drained_in_portal = models.BooleanField(
+        default=False,
+        help_text="The portal drained its node because Slurm did; Slurm's resume undrains it.",
+    )
+
+    class Meta:
+        ordering = ["hostname"]
+
+    def __str__(self) -> str:
+        return f"{self.hostname}: {self.state}"

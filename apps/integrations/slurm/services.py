@@ -22,7 +22,9 @@ from django.utils import timezone
 from rest_framework import status
 
 from apps.audit.services import audit_record
+from apps.fleet.choices import NodeStatus
 from apps.fleet.models import Gpu, GpuModel, Node
+from apps.fleet.services import node_set_scheduler_drained
 from apps.integrations.slurm.choices import (
     FINISHED_STATES,
     RUNNING_STATES,
@@ -40,7 +42,7 @@ from apps.integrations.slurm.client import (
     expand_hostlist,
     parse_tres,
 )
-from apps.integrations.slurm.models import SlurmJob, SlurmReservation
+from apps.integrations.slurm.models import SlurmJob, SlurmNode, SlurmReservation
 from apps.jobs.choices import FINISHED_STATUSES, WAITING_STATUSES, JobStatus
 from apps.jobs.models import Job, JobAllocation
 from apps.reservations.choices import OPEN_STATUSES as RESERVATION_OPEN_STATUSES
@@ -515,13 +517,63 @@ def on_node_state_changed(*, node: Node, operation: str, reason: str = "", actor
         raise _refused(f"to {operation} node {node.hostname}", error) from error
 
 
+OUT_OF_SERVICE_STATES = {"drained", "draining", "drain", "down", "fail", "failing"}
+
+
+def out_of_service(state: str) -> bool:
+    """Whether Slurm's node state (`sinfo %T`: `drained`, `down*`, `mixed+drain`, ...) keeps
+    new work off the node."""
+    words = state.lower().rstrip("*~#!%$@^-").split("+")
+    return any(word.rstrip("*~#!%$@^-") in OUT_OF_SERVICE_STATES for word in words)
+
+
 def nodes_out_of_service() -> dict[str, str]:
     """Nodes Slurm has drained or marked down, with Slurm's reason (for slurm_check)."""
     return {
         name: f"{state}" + (f" ({why})" if why else "")
         for name, (state, why) in client().node_states().items()
-        if state.rstrip("*~#$@+").lower() in ("drained", "draining", "down", "fail", "failing")
+        if out_of_service(state)
     }
+
+
+def nodes_sync(*, now: datetime | None = None) -> dict[str, list[str]]:
+    """Follow Slurm's node states (one `sinfo` per run): store each node's state and reason
+    for the fleet page; a portal node that Slurm drained or marked down (not the portal's own
+    drain, whose reason starts with `portal:`) is drained in the portal, audited with Slurm's
+    reason; when Slurm puts such a node back, the portal undrains it. A node a portal admin
+    drained is never undrained here. Safe to run twice: the second run changes nothing."""
+    now = now or timezone.now()
+    states = client().node_states()
+    report: dict[str, list[str]] = {"drained": [], "undrained": []}
+    readings = {r.hostname: r for r in SlurmNode.objects.filter(hostname__in=states)}
+    nodes = {n.hostname: n for n in Node.objects.filter(hostname__in=states)}
+    for hostname, (state, why) in sorted(states.items()):
+        with transaction.atomic():
+            reading = readings.get(hostname) or SlurmNode(hostname=hostname)
+            reading.state, reading.reason, reading.read_at = state[:64], why[:500], now
+            node = nodes.get(hostname)
+            ours = why.startswith(DRAIN_REASON_PREFIX)
+            if node is not None and out_of_service(state) and not ours:
+                words = state + (f" ({why})" if why else "")
+                if node_set_scheduler_drained(
+                    node=node, drained=True, scheduler="Slurm", reason=words
+                ):
+                    reading.drained_in_portal = True
+                    report["drained"].append(hostname)
+            elif node is not None and reading.drained_in_portal and not out_of_service(state):
+                if node_set_scheduler_drained(
+                    node=node, drained=False, scheduler="Slurm", reason=f"back in service ({state})"
+                ):
+                    report["undrained"].append(hostname)
+                reading.drained_in_portal = False
+            if node is not None and reading.drained_in_portal:
+                # An admin undrained (or retired) it since: it is no longer Slurm's drain.
+                status = Node.objects.filter(pk=node.pk).values_list("status", flat=True).get()
+                reading.drained_in_portal = status == NodeStatus.DRAINED
+            reading.save()
+    # Nodes that left Slurm: no reading to show (a drain they caused stays, for an admin).
+    SlurmNode.objects.exclude(hostname__in=states).filter(drained_in_portal=False).delete()
+    return report
 
 
 # --- quotas ------------------------------------------------------------------------------------

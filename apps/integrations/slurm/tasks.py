@@ -22,3 +22,10 @@ def sync() -> dict:
         "orphan_jobs": services.jobs_reconcile(),
         "accounting": services.accounting_import(),
     }
+
+
+@shared_task(name="slurm.nodes", acks_late=False, time_limit=120, soft_time_limit=100)
+def nodes() -> dict:
+    """Follow Slurm's node states (one sinfo per run) into the fleet; idempotent, and a lost
+    run is the next one's work."""
+    return services.nodes_sync()
