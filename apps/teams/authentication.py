@@ -11,12 +11,15 @@ from django.utils import timezone
 from rest_framework.exceptions import AuthenticationFailed, PermissionDenied
 from rest_framework.permissions import SAFE_METHODS
 
-from apps.teams.models import ApiToken
 from portal.authentication import ThrottledTokenAuthentication
 
 
 class ApiTokenAuthentication(ThrottledTokenAuthentication):
     def authenticate(self, request):
+        # Imported here, as DRF's own TokenAuthentication does: DRF loads authentication classes
+        # while rest_framework.views is imported, which may be before the app registry is ready.
+        from apps.teams.models import ApiToken
+
         result = super().authenticate(request)
         if result is None:
             return None
