@@ -94,57 +94,83 @@ class PreemptionMixin:
         self.eligible = eligible
         self._next_eligible = next_eligible
 
-    def _preempt_for(self, cand: Candidate) -> bool:  # noqa: C901 - to split
+    def _preempt_for(self, cand: Candidate) -> bool:
+        """Stop the victims that let ``cand`` start now and place it; False (nothing changed)
+        when no set of victims within the loss budget frees enough GPUs."""
         job, model = cand.job, cand.model
-        count = job.gpu_count
-        budget = self.config.preempt_max_lost_ratio * count * job.max_runtime
-        lost = self._loss
+        # GPU-seconds the victims may lose together, relative to the work the job brings.
+        budget = self.config.preempt_max_lost_ratio * job.gpu_count * job.max_runtime
         chosen: list[RunningJob] | None = None
-        if job.same_node or count <= self.pool.largest[model]:
-            # Per node: its free GPUs plus the cheapest victims there; the cheapest node wins.
-            best = None
-            need: dict[str, list] = {}
-            for r in self.eligible:
-                if lost[r.job_id] > budget:
-                    break  # sorted by loss: every later victim alone is over the budget
-                if r.model != model or r.team == job.team:
-                    continue
-                for node, n in self.spread[r.job_id].items():
-                    state = need.get(node)
-                    if state is None:
-                        have = len(self.pool.free[model].get(node, ()))
-                        state = need[node] = [have, 0.0, []]
-                    if state[0] >= count or state[1] > budget:
-                        continue
-                    state[0] += n
-                    state[1] += lost[r.job_id]
-                    state[2].append(r)
-            for node in sorted(need):
-                have, cost, picked = need[node]
-                if (
-                    have >= count
-                    and cost <= budget
-                    and (best is None or (cost, len(picked)) < best[0])
-                ):
-                    best = ((cost, len(picked)), picked)
-            chosen = best[1] if best else None
+        if job.same_node or job.gpu_count <= self.pool.largest[model]:
+            chosen = self._victims_on_one_node(cand, budget)
         if chosen is None and not job.same_node:
-            free, cost, chosen = self.pool.total.get(model, 0), 0.0, []
-            for r in self.eligible:
-                if free >= count or cost > budget:
-                    break
-                if r.model != model or r.team == job.team:
-                    continue
-                chosen.append(r)
-                free += len(r.gpu_ids)
-                cost += lost[r.job_id]
-            if free < count or cost > budget:
-                chosen = None
+            chosen = self._victims_across_nodes(cand, budget)
         if not chosen:
             return False
+        return self._preempt_and_place(cand, chosen)
+
+    def _victims_on_one_node(self, cand: Candidate, budget: float) -> list[RunningJob] | None:
+        """The cheapest node's victims: per node its free GPUs plus the cheapest victims
+        there until the job fits; the node whose victims lose least (then fewest) wins."""
+        need = self._victims_per_node(cand, budget)
+        count = cand.job.gpu_count
+        best = None
+        for node in sorted(need):
+            have, cost, picked = need[node]
+            if have >= count and cost <= budget and (best is None or (cost, len(picked)) < best[0]):
+                best = ((cost, len(picked)), picked)
+        return best[1] if best else None
+
+    def _victims_per_node(self, cand: Candidate, budget: float) -> dict[str, list]:
+        """node -> [GPUs it would have free, GPU-seconds lost, victims], taking the eligible
+        victims cheapest first; a node stops taking once the job fits or it is over budget."""
+        job, model = cand.job, cand.model
+        count = job.gpu_count
+        lost = self._loss
+        need: dict[str, list] = {}
+        for r in self.eligible:
+            if lost[r.job_id] > budget:
+                break  # sorted by loss: every later victim alone is over the budget
+            if r.model != model or r.team == job.team:
+                continue
+            for node, n in self.spread[r.job_id].items():
+                state = need.get(node)
+                if state is None:
+                    have = len(self.pool.free[model].get(node, ()))
+                    state = need[node] = [have, 0.0, []]
+                if state[0] >= count or state[1] > budget:
+                    continue
+                state[0] += n
+                state[1] += lost[r.job_id]
+                state[2].append(r)
+        return need
+
+    def _victims_across_nodes(self, cand: Candidate, budget: float) -> list[RunningJob] | None:
+        """For a multi-node gang: the cheapest victims anywhere until the model's free GPUs
+        suffice; None when that runs over the budget first."""
+        job, model = cand.job, cand.model
+        count = job.gpu_count
+        lost = self._loss
+        free, cost, chosen = self.pool.total.get(model, 0), 0.0, []
+        for r in self.eligible:
+            if free >= count or cost > budget:
+                break
+            if r.model != model or r.team == job.team:
+                continue
+            chosen.append(r)
+            free += len(r.gpu_ids)
+            cost += lost[r.job_id]
+        if free < count or cost > budget:
+            return None
+        return chosen
+
+    def _preempt_and_place(self, cand: Candidate, chosen: list[RunningJob]) -> bool:
+        """Free the victims' GPUs and place the job there. The counts above ignore bookings, so
+        the pool may still refuse: then the victims go back untouched and the answer is False."""
+        job, model = cand.job, cand.model
         for r in chosen:
             self.remove_running(r.job_id)
-        picks = self.pool.find(model, count, job.same_node, self.now + job.max_runtime)
+        picks = self.pool.find(model, job.gpu_count, job.same_node, self.now + job.max_runtime)
         if picks is None:
             for r in chosen:
                 self.add_running(r)
@@ -152,7 +178,7 @@ class PreemptionMixin:
         gone = {r.job_id for r in chosen}
         self.eligible = [r for r in self.eligible if r.job_id not in gone]
         for r in chosen:
-            self.decision.preemptions.append(Preemption(r.job_id, job.job_id, lost[r.job_id]))
+            self.decision.preemptions.append(Preemption(r.job_id, job.job_id, self._loss[r.job_id]))
         self._place(Candidate(cand.key, job, model, picks), False, after_preemption=True)
         n = len(chosen)
         self.decision.pending.append(

@@ -160,7 +160,7 @@ class _JobRecord:
     done: float = 0.0  # work kept from earlier attempts (checkpointable jobs)
 
 
-def simulate(  # noqa: C901 - one event loop with its bookkeeping closures; to split
+def simulate(
     jobs: list[TraceJob],
     gpus: list[GpuInfo],
     quotas: list[TeamQuota],
@@ -173,7 +173,15 @@ def simulate(  # noqa: C901 - one event loop with its bookkeeping closures; to s
     """Replay ``jobs`` on ``gpus`` under ``policy``; see the module docstring. When given,
     ``decisions`` receives (time, placements, preemptions) of every cycle that did something."""
     config = replace(config or SchedulerConfig(), explain=False)
-    fleet = _Fleet(gpus, quotas)
+    arrivals, never_fit = _admissible(jobs, _Fleet(gpus, quotas))
+    replay = _Replay(arrivals, gpus, quotas, policy, config, incremental, decisions)
+    replay.run()
+    return replay.finish(jobs, never_fit)
+
+
+def _admissible(jobs: list[TraceJob], fleet: _Fleet) -> tuple[list[TraceJob], int]:
+    """The jobs that can ever run, in arrival order, each marked multi-node if no node can
+    hold it; and how many were left out. Fit is cached per shape: traces repeat shapes a lot."""
     fit_cache: dict[tuple, bool] = {}
     arrivals: list[TraceJob] = []
     never_fit = 0
@@ -186,39 +194,74 @@ def simulate(  # noqa: C901 - one event loop with its bookkeeping closures; to s
         else:
             never_fit += 1
     arrivals.sort(key=lambda j: (j.submit, j.job_id))
-    records = {j.job_id: _JobRecord(j) for j in arrivals}
-    model_of = {g.gpu_id: g.model for g in gpus}
+    return arrivals, never_fit
 
-    engine = Engine(gpus, quotas, policy, config) if incremental else None
-    meter = UsageMeter(config.usage_half_life_seconds)
-    queue: dict[int, QueuedJob] = {}
-    running: dict[int, RunningJob] = {}
-    ends: list[tuple[float, int, int]] = []  # (end time, job id, attempt)
-    gpu_seconds: dict[str, float] = defaultdict(float)
-    model_seconds: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0.0])
-    preemptions = 0
 
-    guaranteed: dict[str, int] = defaultdict(int)
-    for q in quotas:
-        guaranteed[q.team] += q.guaranteed
-    held: dict[str, int] = defaultdict(int)
-    queued_per_team: dict[str, int] = defaultdict(int)
-    below: set[str] = set()
-    below_seconds: dict[str, float] = defaultdict(float)
+class _Replay:
+    """The state of one replay and the steps of its event loop.
 
-    def flag(team: str) -> None:
-        if queued_per_team[team] and held[team] < guaranteed.get(team, 0):
-            below.add(team)
+    ``run`` repeats: ``advance`` to the next arrival or end, ``finish_ended`` jobs, ``admit``
+    arrivals, one scheduling ``cycle``, ``sample`` the queue. ``enqueue``/``start``/``stop``
+    are the only places that change the queue or the running set, so the engine (when
+    incremental), the usage meter and the per-team bookkeeping (GPUs held, jobs queued, time
+    below guarantee) always move together."""
+
+    def __init__(
+        self,
+        arrivals: list[TraceJob],
+        gpus: list[GpuInfo],
+        quotas: list[TeamQuota],
+        policy: str,
+        config: SchedulerConfig,
+        incremental: bool,
+        decisions: list | None,
+    ) -> None:
+        self.arrivals = arrivals
+        self.gpus = gpus
+        self.quotas = quotas
+        self.policy = policy
+        self.config = config
+        self.decisions = decisions
+        self.records = {j.job_id: _JobRecord(j) for j in arrivals}
+        self.model_of = {g.gpu_id: g.model for g in gpus}
+        self.engine = Engine(gpus, quotas, policy, config) if incremental else None
+        self.meter = UsageMeter(config.usage_half_life_seconds)
+        self.queue: dict[int, QueuedJob] = {}
+        self.running: dict[int, RunningJob] = {}
+        self.ends: list[tuple[float, int, int]] = []  # (end time, job id, attempt)
+        self.gpu_seconds: dict[str, float] = defaultdict(float)
+        self.model_seconds: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0.0])
+        self.preemptions = 0
+
+        self.guaranteed: dict[str, int] = defaultdict(int)
+        for q in quotas:
+            self.guaranteed[q.team] += q.guaranteed
+        self.held: dict[str, int] = defaultdict(int)
+        self.queued_per_team: dict[str, int] = defaultdict(int)
+        self.below: set[str] = set()
+        self.below_seconds: dict[str, float] = defaultdict(float)
+
+        self.first = arrivals[0].submit if arrivals else 0.0
+        span = (arrivals[-1].submit - self.first) if arrivals else 0.0
+        # About 1,500 samples over the trace, but never closer than a minute.
+        self.sample_every = max(60.0, span / 1500.0)
+        self.queue_length: list[tuple[float, int]] = []
+        self.next_sample = self.first
+        self.next_arrival = 0
+        self.now = self.first
+
+    # -- changes to the queue and the running set ---------------------------------------------
+
+    def _flag(self, team: str) -> None:
+        """Keep ``below`` (teams under their guarantee with work queued) current."""
+        if self.queued_per_team[team] and self.held[team] < self.guaranteed.get(team, 0):
+            self.below.add(team)
         else:
-            below.discard(team)
+            self.below.discard(team)
 
-    first = arrivals[0].submit if arrivals else 0.0
-    span = (arrivals[-1].submit - first) if arrivals else 0.0
-    sample_every = max(60.0, span / 1500.0)
-    queue_length: list[tuple[float, int]] = []
-    next_sample = first
-
-    def queued_of(rec: _JobRecord) -> QueuedJob:
+    def _queued_of(self, rec: _JobRecord) -> QueuedJob:
+        """The job as the scheduler sees it: only the work left, and the runtime limit less
+        what a checkpointed job already did."""
         j = rec.job
         remaining = j.duration - rec.done
         limit = (j.max_runtime or j.duration) - rec.done
@@ -236,127 +279,165 @@ def simulate(  # noqa: C901 - one event loop with its bookkeeping closures; to s
             rec.preemptions,
         )
 
-    def enqueue(rec: _JobRecord) -> None:
-        q = queued_of(rec)
-        if engine is not None:
-            engine.enqueue(q)
-        queue[q.job_id] = q
-        queued_per_team[q.team] += 1
-        flag(q.team)
+    def enqueue(self, rec: _JobRecord) -> None:
+        q = self._queued_of(rec)
+        if self.engine is not None:
+            self.engine.enqueue(q)
+        self.queue[q.job_id] = q
+        self.queued_per_team[q.team] += 1
+        self._flag(q.team)
 
-    def start(placement, at: float) -> None:
-        rec = records[placement.job_id]
+    def start(self, placement, at: float) -> None:
+        rec = self.records[placement.job_id]
         j = rec.job
-        q = queue.pop(j.job_id)
-        queued_per_team[j.team] -= 1
-        model = model_of[placement.gpu_ids[0]]
-        running[j.job_id] = running_from(q, placement.gpu_ids, model, at, placement.over_quota)
+        q = self.queue.pop(j.job_id)
+        self.queued_per_team[j.team] -= 1
+        model = self.model_of[placement.gpu_ids[0]]
+        self.running[j.job_id] = running_from(q, placement.gpu_ids, model, at, placement.over_quota)
         rec.attempts += 1
         if rec.first_start is None:
             rec.first_start = at
         rec.final_start = at
-        heapq.heappush(ends, (at + j.duration - rec.done, j.job_id, rec.attempts))
-        meter.change(j.team, j.gpus, at)
-        held[j.team] += j.gpus
-        flag(j.team)
+        # The attempt number tells a stale end (of an attempt since preempted) from this one.
+        heapq.heappush(self.ends, (at + j.duration - rec.done, j.job_id, rec.attempts))
+        self.meter.change(j.team, j.gpus, at)
+        self.held[j.team] += j.gpus
+        self._flag(j.team)
 
-    def stop(job_id: int, at: float) -> RunningJob:
-        r = running.pop(job_id)
-        if engine is not None and job_id in engine.running:
-            engine.remove_running(job_id)
+    def stop(self, job_id: int, at: float) -> RunningJob:
+        """Take a job off its GPUs (ended or preempted) and account the GPU-time it used."""
+        r = self.running.pop(job_id)
+        if self.engine is not None and job_id in self.engine.running:
+            self.engine.remove_running(job_id)
         used = len(r.gpu_ids) * (at - r.started_at)
-        gpu_seconds[r.team] += used
-        model_seconds[r.team, r.model][0] += used
+        self.gpu_seconds[r.team] += used
+        self.model_seconds[r.team, r.model][0] += used
         if r.over_quota:
-            model_seconds[r.team, r.model][1] += used
-        meter.change(r.team, -len(r.gpu_ids), at)
-        held[r.team] -= len(r.gpu_ids)
-        flag(r.team)
+            self.model_seconds[r.team, r.model][1] += used
+        self.meter.change(r.team, -len(r.gpu_ids), at)
+        self.held[r.team] -= len(r.gpu_ids)
+        self._flag(r.team)
         return r
 
-    next_arrival = 0
-    now = first
-    while next_arrival < len(arrivals) or ends:
+    # -- the event loop -----------------------------------------------------------------------
+
+    def pending_events(self) -> bool:
+        return self.next_arrival < len(self.arrivals) or bool(self.ends)
+
+    def run(self) -> None:
+        while self.pending_events():
+            self.advance()
+            self.finish_ended()
+            self.admit()
+            if self.queue:
+                self.cycle()
+            self.sample()
+
+    def advance(self) -> None:
+        """Move the clock to the next arrival or end, charging the time to the teams that
+        spent it below their guarantee."""
         candidates = []
-        if next_arrival < len(arrivals):
-            candidates.append(arrivals[next_arrival].submit)
-        if ends:
-            candidates.append(ends[0][0])
-        t = max(now, min(candidates))
-        for team in below:
-            below_seconds[team] += t - now
-        now = t
-        while ends and ends[0][0] <= now:
-            _, job_id, attempt = heapq.heappop(ends)
-            rec = records[job_id]
-            if job_id in running and rec.attempts == attempt:
-                stop(job_id, now)
-                rec.end = now
-        while next_arrival < len(arrivals) and arrivals[next_arrival].submit <= now:
-            enqueue(records[arrivals[next_arrival].job_id])
-            next_arrival += 1
-        if queue:
-            if engine is not None:
-                decision = engine.cycle(now, meter.view(now))
+        if self.next_arrival < len(self.arrivals):
+            candidates.append(self.arrivals[self.next_arrival].submit)
+        if self.ends:
+            candidates.append(self.ends[0][0])
+        t = max(self.now, min(candidates))
+        for team in self.below:
+            self.below_seconds[team] += t - self.now
+        self.now = t
+
+    def finish_ended(self) -> None:
+        """Stop the jobs whose current attempt ends by now; ends of earlier attempts (since
+        preempted) are skipped."""
+        while self.ends and self.ends[0][0] <= self.now:
+            _, job_id, attempt = heapq.heappop(self.ends)
+            rec = self.records[job_id]
+            if job_id in self.running and rec.attempts == attempt:
+                self.stop(job_id, self.now)
+                rec.end = self.now
+
+    def admit(self) -> None:
+        while (
+            self.next_arrival < len(self.arrivals)
+            and self.arrivals[self.next_arrival].submit <= self.now
+        ):
+            self.enqueue(self.records[self.arrivals[self.next_arrival].job_id])
+            self.next_arrival += 1
+
+    def cycle(self) -> None:
+        decision = self._decide()
+        self._apply(decision)
+        self.preemptions += len(decision.preemptions)
+        self._record(decision)
+
+    def _decide(self) -> Decision:
+        """One scheduling cycle: the kept engine told only what changed, or (not incremental)
+        a fresh one from the full state, as the live dispatcher does."""
+        if self.engine is not None:
+            return self.engine.cycle(self.now, self.meter.view(self.now))
+        state = ClusterState(
+            self.now,
+            self.gpus,
+            list(self.queue.values()),
+            list(self.running.values()),
+            [],
+            self.quotas,
+            self.meter.snapshot(self.now),
+        )
+        return schedule(state, self.policy, self.config)
+
+    def _apply(self, decision: Decision) -> None:
+        now = self.now
+        for pre in decision.preemptions:
+            r = self.stop(pre.job_id, now)
+            rec = self.records[pre.job_id]
+            rec.preemptions += 1
+            if rec.job.checkpointable:
+                rec.done += now - r.started_at
             else:
-                state = ClusterState(
-                    now,
-                    gpus,
-                    list(queue.values()),
-                    list(running.values()),
-                    [],
-                    quotas,
-                    meter.snapshot(now),
-                )
-                decision = schedule(state, policy, config)
-            _apply(decision, now, records, start, stop, enqueue)
-            preemptions += len(decision.preemptions)
-            if decisions is not None and (
-                decision.placements or decision.preemptions or decision.after_preemption
-            ):
-                decisions.append(
-                    (
-                        now,
-                        [(p.job_id, p.gpu_ids, p.over_quota) for p in decision.placements],
-                        [(p.job_id, p.for_job_id) for p in decision.preemptions],
-                        [(p.job_id, p.gpu_ids) for p in decision.after_preemption],
-                    )
-                )
-        if now >= next_sample:
-            queue_length.append((now - first, len(queue)))
-            next_sample = now + sample_every
-    return _result(
-        policy,
-        jobs,
-        never_fit,
-        preemptions,
-        records,
-        gpus,
-        gpu_seconds,
-        model_seconds,
-        below_seconds,
-        queue_length,
-        first,
-    )
+                rec.lost += len(r.gpu_ids) * (now - r.started_at)
+                rec.done = 0.0
+        for placement in decision.placements:
+            self.start(placement, now)
+        for placement in decision.after_preemption:
+            self.start(placement, now)
+        # Victims queue again after the cycle: never restarted in the cycle that stopped them.
+        for pre in decision.preemptions:
+            self.enqueue(self.records[pre.job_id])
 
+    def _record(self, decision: Decision) -> None:
+        """Keep the cycle's decisions for the caller (the property test compares them)."""
+        if self.decisions is None:
+            return
+        if decision.placements or decision.preemptions or decision.after_preemption:
+            self.decisions.append(
+                (
+                    self.now,
+                    [(p.job_id, p.gpu_ids, p.over_quota) for p in decision.placements],
+                    [(p.job_id, p.for_job_id) for p in decision.preemptions],
+                    [(p.job_id, p.gpu_ids) for p in decision.after_preemption],
+                )
+            )
 
-def _apply(decision: Decision, now, records, start, stop, enqueue) -> None:
-    for pre in decision.preemptions:
-        r = stop(pre.job_id, now)
-        rec = records[pre.job_id]
-        rec.preemptions += 1
-        if rec.job.checkpointable:
-            rec.done += now - r.started_at
-        else:
-            rec.lost += len(r.gpu_ids) * (now - r.started_at)
-            rec.done = 0.0
-    for placement in decision.placements:
-        start(placement, now)
-    for placement in decision.after_preemption:
-        start(placement, now)
-    # Victims queue again after the cycle: never restarted in the cycle that stopped them.
-    for pre in decision.preemptions:
-        enqueue(records[pre.job_id])
+    def sample(self) -> None:
+        if self.now >= self.next_sample:
+            self.queue_length.append((self.now - self.first, len(self.queue)))
+            self.next_sample = self.now + self.sample_every
+
+    def finish(self, jobs: list[TraceJob], never_fit: int) -> ReplayResult:
+        return _result(
+            self.policy,
+            jobs,
+            never_fit,
+            self.preemptions,
+            self.records,
+            self.gpus,
+            self.gpu_seconds,
+            self.model_seconds,
+            self.below_seconds,
+            self.queue_length,
+            self.first,
+        )
 
 
 def _result(
