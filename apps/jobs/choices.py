@@ -30,3 +30,10 @@ FINISHED_STATUSES = (
 )
 # Not finished; a preempted job is waiting to be requeued.
 OPEN_STATUSES = (*WAITING_STATUSES, *ACTIVE_STATUSES, JobStatus.PREEMPTED)
+
+
+class WhatIfStatus(models.TextChoices):
+    QUEUED = "queued", "Queued"
+    RUNNING = "running", "Running"
+    DONE = "done", "Done"
+    FAILED = "failed", "Failed"

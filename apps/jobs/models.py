@@ -8,6 +8,7 @@ from apps.jobs.choices import (
     WAITING_STATUSES,
     JobPriorityClass,
     JobStatus,
+    WhatIfStatus,
 )
 from apps.teams.models import TeamOwnedQuerySet
 
@@ -173,3 +174,45 @@ class JobAllocation(models.Model):
 
     def __str__(self) -> str:
         return f"job {self.job_id} attempt {self.attempt} gpu {self.gpu_id}"
+
+
+class WhatIfRun(models.Model):
+    """One what-if replay a platform admin asked for: the proposal, how far the worker got and
+    what it found. Kept (not cached) so a run survives a restart and who tried what is on record."""
+
+    status = models.CharField(
+        max_length=16, choices=WhatIfStatus.choices, default=WhatIfStatus.QUEUED
+    )
+    progress = models.PositiveSmallIntegerField(default=0)  # percent
+    window = models.CharField(max_length=8)
+    policy = models.CharField(max_length=32)
+    # [{"team", "model", "guaranteed", "limit"}], in the order of the form's rows
+    proposed = models.JSONField(default=list)
+    result = models.JSONField(null=True, blank=True)
+    error = models.TextField(blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(progress__lte=100), name="whatifrun_progress_at_most_100"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"what-if run {self.pk} ({self.status})"
+
+    @property
+    def is_failed(self) -> bool:
+        return self.status == WhatIfStatus.FAILED
+
+    @property
+    def is_pending(self) -> bool:
+        """Queued or running: the page keeps following it."""
+        return self.status in (WhatIfStatus.QUEUED, WhatIfStatus.RUNNING)

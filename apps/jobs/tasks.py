@@ -2,7 +2,7 @@
 
 from celery import shared_task
 
-from apps.jobs import dispatch, services
+from apps.jobs import dispatch, services, whatif
 
 
 @shared_task(name="jobs.schedule", acks_late=False, time_limit=60, soft_time_limit=55)
@@ -17,3 +17,10 @@ def schedule() -> dict:
 def report(payload) -> str:
     """A node agent reports a job `started` or `finished` (exit code, log tail)."""
     return services.job_report(report=payload)
+
+
+@shared_task(name="jobs.what_if", acks_late=False)
+def what_if(run_id: int) -> str:
+    """Replay a what-if run the page recorded. Not acked late: a replay cut short is marked
+    failed or stays running, and the admin starts another rather than the worker repeating it."""
+    return whatif.whatif_run_execute(run_id=run_id)

@@ -1,11 +1,14 @@
 import plotly.graph_objects as go
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.shortcuts import render
-from django.utils import timezone
+from django.http import Http404, JsonResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 
+from apps.jobs.choices import WhatIfStatus
+from apps.jobs.models import WhatIfRun
 from apps.jobs.scheduler import POLICIES
-from apps.jobs.whatif import WINDOWS, QuotaProposal, current_quotas, what_if
+from apps.jobs.whatif import WINDOWS, QuotaProposal, current_quotas, whatif_run_start
 from apps.teams.permissions import is_platform_admin
 from apps.teams.services import quota_numbers_check
 from portal.plotting import LAYOUT, figure_json
@@ -31,47 +34,80 @@ def _proposals_from(post, current: list[QuotaProposal]) -> tuple[list[QuotaPropo
     return proposals, errors
 
 
-def _quota_rows(current: list[QuotaProposal], post) -> list[dict]:
-    """Each quota with the numbers its inputs show: what was typed after a run (so the
-    proposal stays on screen next to its result), else the current quota."""
+def _quota_rows(current: list[QuotaProposal], typed: dict) -> list[dict]:
+    """Each quota with the numbers its inputs show: what was proposed (so the proposal stays
+    on screen next to its result), else the current quota."""
     return [
         {
             "team": quota.team,
             "model": quota.model,
             "current_guaranteed": quota.guaranteed,
             "current_limit": quota.limit,
-            "guaranteed": post.get(f"g-{index}", quota.guaranteed),
-            "limit": post.get(f"l-{index}", quota.limit),
+            "guaranteed": typed.get(f"g-{index}", quota.guaranteed),
+            "limit": typed.get(f"l-{index}", quota.limit),
         }
         for index, quota in enumerate(current)
     ]
 
 
+def _typed_from_run(run: WhatIfRun, current: list[QuotaProposal]) -> dict:
+    """The run's proposal as form values, matched to today's quota rows by team and model."""
+    proposed = {(p["team"], p["model"]): p for p in run.proposed}
+    typed = {}
+    for index, quota in enumerate(current):
+        if (match := proposed.get((quota.team, quota.model))) is not None:
+            typed[f"g-{index}"], typed[f"l-{index}"] = match["guaranteed"], match["limit"]
+    return typed
+
+
 @login_required
 def what_if_view(request):
-    """Platform admins try quota changes on the recent job history before making them."""
+    """Platform admins try quota changes on the recent job history before making them. A POST
+    records a run and a worker replays it; the page follows the run (?run=<id>)."""
     if not is_platform_admin(request.user):
         raise PermissionDenied("Only platform admins may run what-if replays.")
     current = current_quotas()
-    window = request.POST.get("window", "7d")
-    policy = request.POST.get("policy", "fairshare")
-    context = {"quotas": _quota_rows(current, request.POST if request.method == "POST" else {}),
-               "windows": list(WINDOWS), "policies": sorted(POLICIES),
-               "window": window, "policy": policy, "errors": [], "result": None}  # fmt: skip
+    run = None
+    if request.method == "POST":
+        typed = request.POST
+        window = request.POST.get("window", "7d")
+        policy = request.POST.get("policy", "fairshare")
+    elif run_id := request.GET.get("run"):
+        if not run_id.isdigit():
+            raise Http404("No such what-if run.")
+        run = get_object_or_404(WhatIfRun, pk=run_id)
+        typed, window, policy = _typed_from_run(run, current), run.window, run.policy
+    else:
+        typed, window, policy = {}, "7d", "fairshare"
+    context = {"quotas": _quota_rows(current, typed), "windows": list(WINDOWS),
+               "policies": sorted(POLICIES), "window": window, "policy": policy,
+               "errors": [], "run": run, "result": None}  # fmt: skip
     if request.method == "POST":
         proposals, errors = _proposals_from(request.POST, current)
         if window not in WINDOWS or policy not in POLICIES:
             errors.append("Choose a window and a policy from the lists.")
-        context["errors"] = errors
-        if not errors:
-            result = what_if(
-                proposed=proposals, window=WINDOWS[window], policy=policy, now=timezone.now()
-            )
-            context["result"] = result
-            if result["teams"] and not result["too_few_jobs"] and not result["nobody_waited"]:
-                context["figure"] = _wait_figure(result["teams"])
-    status = 400 if context["errors"] else 200
-    return render(request, "jobs/what_if.html", context, status=status)
+        if errors:
+            context["errors"] = errors
+            return render(request, "jobs/what_if.html", context, status=400)
+        run = whatif_run_start(actor=request.user, proposed=proposals, window=window, policy=policy)
+        return redirect(f"{reverse('jobs:what-if')}?run={run.pk}")
+    if run is not None and run.status == WhatIfStatus.DONE:
+        result = context["result"] = run.result
+        if result["teams"] and not result["too_few_jobs"] and not result["nobody_waited"]:
+            context["figure"] = _wait_figure(result["teams"])
+    return render(request, "jobs/what_if.html", context)
+
+
+@login_required
+def what_if_run_status(request, pk: int):
+    """How far a run got, for the page to poll. Anyone but a platform admin gets 404: runs
+    are not theirs to know about."""
+    if not is_platform_admin(request.user):
+        raise Http404("No such what-if run.")
+    run = get_object_or_404(WhatIfRun, pk=pk)
+    return JsonResponse(
+        {"id": run.pk, "status": run.status, "progress": run.progress, "error": run.error}
+    )
 
 
 def _wait_figure(rows: list[dict]) -> dict:

@@ -1,17 +1,22 @@
 """What-if: replay the recent real job history on today's fleet under the current quotas and
 under proposed ones, with the same scheduler the portal runs, and compare each team's wait and
-cost. Reads only; nothing is changed."""
+cost. The replays change nothing; a run records what was asked and what it found."""
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
 
 from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
 
 from apps.fleet.models import Gpu
-from apps.jobs.models import Job
-from apps.jobs.scheduler.replay import ReplayResult, TraceJob, simulate
+from apps.jobs.choices import WhatIfStatus
+from apps.jobs.models import Job, WhatIfRun
+from apps.jobs.scheduler.replay import JOB_COLUMNS, ReplayResult, TraceJob, simulate
 from apps.jobs.scheduler.state import GpuInfo, TeamQuota
+from apps.outbox.services import outbox_send_task
 from apps.teams.models import Quota
 from portal import hooks
 
@@ -82,16 +87,54 @@ def _cost(result: ReplayResult, team: str, at: datetime) -> Decimal | None:
     return answers[0] if answers else None
 
 
+def _lost_gpu_hours(result: ReplayResult) -> dict[str, float]:
+    """GPU-hours each team lost to preemption (attempts restarted from the beginning)."""
+    lost: dict[str, float] = {}
+    team_at, lost_at = JOB_COLUMNS.index("team"), JOB_COLUMNS.index("gpu_seconds_lost")
+    for row in result.job_rows:
+        lost[row[team_at]] = lost.get(row[team_at], 0.0) + row[lost_at] / 3600
+    return lost
+
+
+def _summary(result: ReplayResult) -> dict:
+    return {
+        "avg_wait_h": result.avg_wait / 3600,
+        "p95_wait_h": result.p95_wait / 3600,
+        "avg_slowdown": result.avg_slowdown,
+        "jain_fairness": result.jain_fairness,
+        "preemptions": result.preemptions,
+        "gpu_hours_lost": result.gpu_hours_lost,
+        "never_fit": result.never_fit,
+    }
+
+
+def _money(amount: Decimal | None) -> str | None:
+    # Kept as text so that a stored result prices exactly what was computed.
+    return None if amount is None else str(amount)
+
+
 def what_if(
-    *, proposed: list[QuotaProposal], window: timedelta, policy: str, now: datetime
+    *,
+    proposed: list[QuotaProposal],
+    window: timedelta,
+    policy: str,
+    now: datetime,
+    progress: Callable[[int], None] = lambda percent: None,
 ) -> dict:
-    """Both replays and a per-team comparison (hours of wait, GPU-hours, cost)."""
+    """Both replays and a per-team comparison: average and p95 wait, average slowdown,
+    GPU-hours run and lost to preemption, cost; overall Jain fairness over per-team slowdown.
+    JSON-safe (costs as decimal strings), so that a run can store it. `progress(percent)` is
+    told how far it got."""
     history = job_history(since=now - window, until=now)
     gpus = fleet_now()
     if not history or not gpus:
         return {"jobs": len(history), "gpus": len(gpus), "teams": []}
+    progress(10)
     before = simulate(history, gpus, _team_quotas(current_quotas()), policy)
+    progress(50)
     after = simulate(history, gpus, _team_quotas(proposed), policy)
+    progress(90)
+    lost_before, lost_after = _lost_gpu_hours(before), _lost_gpu_hours(after)
     teams = sorted({job.team for job in history})
     rows = []
     for team in teams:
@@ -101,21 +144,77 @@ def what_if(
                 "jobs": sum(1 for job in history if job.team == team),
                 "wait_before_h": before.team_avg_wait.get(team, 0.0) / 3600,
                 "wait_after_h": after.team_avg_wait.get(team, 0.0) / 3600,
+                "p95_wait_before_h": before.team_p95_wait.get(team, 0.0) / 3600,
+                "p95_wait_after_h": after.team_p95_wait.get(team, 0.0) / 3600,
+                "slowdown_before": before.team_avg_slowdown.get(team, 0.0),
+                "slowdown_after": after.team_avg_slowdown.get(team, 0.0),
+                "lost_gpu_hours_before": lost_before.get(team, 0.0),
+                "lost_gpu_hours_after": lost_after.get(team, 0.0),
                 "gpu_hours_before": before.team_gpu_hours.get(team, 0.0),
                 "gpu_hours_after": after.team_gpu_hours.get(team, 0.0),
-                "cost_before": _cost(before, team, now),
-                "cost_after": _cost(after, team, now),
+                "cost_before": _money(_cost(before, team, now)),
+                "cost_after": _money(_cost(after, team, now)),
             }
         )
     return {
         "jobs": len(history),
         "gpus": len(gpus),
         "teams": rows,
-        "before": before,
-        "after": after,
+        "before": _summary(before),
+        "after": _summary(after),
         "currency": settings.BILLING_CURRENCY,
         "too_few_jobs": len(history) < MIN_JOBS,
         "min_jobs": MIN_JOBS,
         # Nobody waited under either set: the averages are all zero and compare nothing.
         "nobody_waited": not any(row["wait_before_h"] or row["wait_after_h"] for row in rows),
     }
+
+
+def whatif_run_start(
+    *, actor, proposed: list[QuotaProposal], window: str, policy: str
+) -> WhatIfRun:
+    """Record a what-if run and hand it to a worker once the transaction commits (through the
+    outbox, so a run is never sent that was not saved, nor saved and never sent). The caller
+    has checked the numbers, the window and the policy."""
+    with transaction.atomic():
+        run = WhatIfRun.objects.create(
+            window=window,
+            policy=policy,
+            proposed=[asdict(p) for p in proposed],
+            created_by=actor,
+        )
+        outbox_send_task("jobs.what_if", queue=settings.CELERY_TASK_DEFAULT_QUEUE, args=[run.pk])
+    return run
+
+
+def whatif_run_execute(*, run_id: int, now: datetime | None = None) -> str:
+    """Replay a queued run, recording progress, then the result or the error. A run already
+    started or finished (a redelivered task) is left alone. Returns the run's status."""
+    claimed = WhatIfRun.objects.filter(pk=run_id, status=WhatIfStatus.QUEUED).update(
+        status=WhatIfStatus.RUNNING, started_at=timezone.now(), progress=5
+    )
+    if not claimed:
+        run = WhatIfRun.objects.filter(pk=run_id).first()
+        return run.status if run else "missing"
+    run = WhatIfRun.objects.get(pk=run_id)
+
+    def progress(percent: int) -> None:
+        WhatIfRun.objects.filter(pk=run_id).update(progress=percent)
+
+    try:
+        result = what_if(
+            proposed=[QuotaProposal(**p) for p in run.proposed],
+            window=WINDOWS[run.window],
+            policy=run.policy,
+            now=now or run.created_at,
+            progress=progress,
+        )
+    except Exception as failure:  # the page must show a failed run, not poll forever
+        WhatIfRun.objects.filter(pk=run_id).update(
+            status=WhatIfStatus.FAILED, error=str(failure)[:2000], finished_at=timezone.now()
+        )
+        raise
+    WhatIfRun.objects.filter(pk=run_id).update(
+        status=WhatIfStatus.DONE, progress=100, result=result, finished_at=timezone.now()
+    )
+    return WhatIfStatus.DONE

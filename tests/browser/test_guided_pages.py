@@ -190,7 +190,21 @@ def job_history():
             Job.objects.filter(pk=job.pk).update(submitted_at=submitted)
 
 
-def test_what_if_draws_the_waits_and_keeps_the_proposal(login_as, job_history):
+@pytest.fixture
+def replay_worker(monkeypatch):
+    """A Celery worker for the what-if runs the page starts (the page only answers with the
+    run; the worker replays it). Sending is on again for these tests: they submit no job."""
+    from celery.contrib.testing.worker import start_worker
+
+    from portal.celery import app
+
+    monkeypatch.setattr(app, "send_task", type(app).send_task.__get__(app))
+    app.control.purge()
+    with start_worker(app, pool="solo", perform_ping_check=False, shutdown_timeout=30):
+        yield
+
+
+def test_what_if_draws_the_waits_and_keeps_the_proposal(login_as, job_history, replay_worker):
     page = login_as("admin")
     page.goto("/jobs/what-if/")
     row = (
@@ -198,7 +212,11 @@ def test_what_if_draws_the_waits_and_keeps_the_proposal(login_as, job_history):
     )
     row.get_by_label(f"Guaranteed for vision {H100}").fill("6")
     page.get_by_role("button", name="Replay").click()
+    page.wait_for_url("**/jobs/what-if/?run=*")
+    # The page follows the run the worker replays, then shows its result.
     expect(page.get_by_test_id("whatif-result")).to_be_visible()
+    expect(page.get_by_test_id("whatif-fairness")).to_contain_text("Jain")
+    expect(page.get_by_test_id("whatif-progress")).to_have_count(0)
     expect(row.get_by_label(f"Guaranteed for vision {H100}")).to_have_value("6")
     chart = page.locator('[data-figure="wait"]')
     expect(chart.locator(".main-svg").first).to_be_visible()
@@ -212,7 +230,7 @@ def test_what_if_draws_the_waits_and_keeps_the_proposal(login_as, job_history):
     assert top > 1 and max(heights) > 0, (top, heights)
 
 
-def test_what_if_with_too_little_history_says_so(login_as):
+def test_what_if_with_too_little_history_says_so(login_as, replay_worker):
     Job.objects.all().delete()
     for _ in range(2):
         job = Job.objects.create(
@@ -224,8 +242,32 @@ def test_what_if_with_too_little_history_says_so(login_as):
     page = login_as("admin")
     page.goto("/jobs/what-if/")
     page.get_by_role("button", name="Replay").click()
+    page.wait_for_url("**/jobs/what-if/?run=*")
     expect(
         page.get_by_test_id("whatif-empty").or_(page.get_by_test_id("whatif-too-little"))
     ).to_be_visible()
     expect(page.locator('[data-figure="wait"]')).to_have_count(0)
     expect(page.get_by_test_id("whatif-result")).to_have_count(0)
+
+
+def test_what_if_shows_the_progress_of_a_run_it_is_waiting_for(login_as, job_history):
+    """No worker here: the run stays queued, the page shows where it is and moves the bar when
+    the run moves, without reloading, and shows the result once the run is done."""
+    from apps.jobs.choices import WhatIfStatus
+    from apps.jobs.models import WhatIfRun
+    from apps.jobs.whatif import whatif_run_execute
+
+    page = login_as("admin")
+    page.goto("/jobs/what-if/")
+    page.get_by_role("button", name="Replay").click()
+    page.wait_for_url("**/jobs/what-if/?run=*")
+    expect(page.get_by_test_id("whatif-progress-percent")).to_have_text("0")
+    page.evaluate("window.__stillTheSamePage = true")
+    run = WhatIfRun.objects.get()
+    WhatIfRun.objects.filter(pk=run.pk).update(status=WhatIfStatus.RUNNING, progress=50)
+    expect(page.get_by_test_id("whatif-progress-percent")).to_have_text("50")
+    assert page.evaluate("window.__stillTheSamePage") is True
+    WhatIfRun.objects.filter(pk=run.pk).update(status=WhatIfStatus.QUEUED, progress=0)
+    whatif_run_execute(run_id=run.pk)
+    expect(page.get_by_test_id("whatif-result")).to_be_visible()
+    assert page.evaluate("window.__stillTheSamePage") is None

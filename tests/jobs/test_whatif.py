@@ -1,5 +1,7 @@
-"""The what-if page: replaying recent jobs under proposed quotas, for platform admins only."""
+"""The what-if page: replaying recent jobs under proposed quotas, for platform admins only.
+A POST records a run and answers at once; a worker replays it and the page follows the run."""
 
+import json
 from datetime import timedelta
 from decimal import Decimal
 
@@ -7,7 +9,10 @@ import pytest
 from django.utils import timezone
 
 from apps.billing.models import RateCard
-from apps.jobs.models import Job
+from apps.jobs.choices import WhatIfStatus
+from apps.jobs.models import Job, WhatIfRun
+from apps.jobs.whatif import whatif_run_execute
+from apps.outbox.models import OutboxMessage
 from apps.teams.models import Quota
 
 pytestmark = pytest.mark.django_db
@@ -40,6 +45,17 @@ def rows(response) -> dict:
     return {row["team"]: row for row in response.context["result"]["teams"]}
 
 
+def replay(client, data: dict):
+    """Post the form (which must answer at once with a redirect to the run), replay the run as
+    the worker would, and return the page that shows it."""
+    response = client.post("/jobs/what-if/", data)
+    assert response.status_code == 302 and "?run=" in response["Location"]
+    run = WhatIfRun.objects.get(pk=int(response["Location"].split("?run=")[1]))
+    assert run.status == WhatIfStatus.QUEUED and run.result is None  # nothing ran in the request
+    assert whatif_run_execute(run_id=run.pk) == WhatIfStatus.DONE
+    return client.get(response["Location"])
+
+
 def form(**overrides) -> dict:
     data = {"window": "7d", "policy": "fairshare", "g-0": "4", "l-0": "16", "g-1": "12",
             "l-1": "16"}  # fmt: skip
@@ -51,7 +67,7 @@ def test_giving_a_team_the_bigger_guarantee_shortens_its_wait(client, platform_a
     page = client.get("/jobs/what-if/").content.decode()
     assert 'data-testid="whatif-quotas"' in page and 'value="12"' in page
     # Rows are ordered nlp, vision: swap the guarantees.
-    response = client.post("/jobs/what-if/", form())
+    response = replay(client, form())
     assert response.status_code == 200
     result = rows(response)
     assert result["vision"]["jobs"] == 8 and result["nlp"]["jobs"] == 8
@@ -59,7 +75,7 @@ def test_giving_a_team_the_bigger_guarantee_shortens_its_wait(client, platform_a
     assert result["nlp"]["wait_after_h"] > result["nlp"]["wait_before_h"]
     for team in ("vision", "nlp"):  # every job ran: 8 jobs x 4 GPUs x 2 h
         assert result[team]["gpu_hours_after"] == pytest.approx(64)
-        assert result[team]["cost_after"] >= Decimal("128.00")  # list price, more if over quota
+        assert Decimal(result[team]["cost_after"]) >= Decimal("128.00")  # more if over quota
     assert 'id="dashboard-figures"' in response.content.decode()
 
 
@@ -71,23 +87,31 @@ def test_bad_quota_numbers_are_refused_inline(client, platform_admin, history):
     response = client.post("/jobs/what-if/", form(**{"l-1": "lots"}))
     assert response.status_code == 400 and "whole numbers" in response.content.decode()
     assert Quota.objects.get(team__slug="nlp").guaranteed == 12  # nothing was changed
+    assert not WhatIfRun.objects.exists() and not OutboxMessage.objects.exists()  # nor started
 
 
 def test_empty_history_says_so(client, platform_admin, quotas):
     client.force_login(platform_admin)
-    response = client.post("/jobs/what-if/", form())
+    response = replay(client, form())
     assert 'data-testid="whatif-empty"' in response.content.decode()
 
 
-def test_only_platform_admins(client, member, finance_user):
+def test_only_platform_admins(client, member, finance_user, platform_admin, history):
+    client.force_login(platform_admin)
+    run_page = client.post("/jobs/what-if/", form())["Location"]
+    run = WhatIfRun.objects.get()
     for user in (member, finance_user):
         client.force_login(user)
         assert client.get("/jobs/what-if/").status_code == 403
+        assert client.get(run_page).status_code == 403
+        assert client.get(f"/jobs/what-if/runs/{run.pk}/").status_code == 404
+        assert client.post("/jobs/what-if/", form()).status_code == 403
+    assert WhatIfRun.objects.count() == 1
 
 
 def test_proposed_numbers_stay_in_the_form_after_a_run(client, platform_admin, history):
     client.force_login(platform_admin)
-    html = client.post("/jobs/what-if/", form(**{"g-0": "5", "g-1": "9"})).content.decode()
+    html = replay(client, form(**{"g-0": "5", "g-1": "9"})).content.decode()
     table = html.split('data-testid="whatif-quotas"', 1)[1].split("</table>", 1)[0]
     assert 'name="g-0" type="number" min="0" value="5"' in table
     assert 'name="g-1" type="number" min="0" value="9"' in table
@@ -95,10 +119,8 @@ def test_proposed_numbers_stay_in_the_form_after_a_run(client, platform_admin, h
 
 
 def test_the_chart_gets_the_waits_it_compares(client, platform_admin, history):
-    import json
-
     client.force_login(platform_admin)
-    response = client.post("/jobs/what-if/", form())
+    response = replay(client, form())
     html = response.content.decode()
     data = html.split('id="dashboard-figures" type="application/json">', 1)[1].split("</script>")[0]
     bars = json.loads(data)["wait"]["data"]
@@ -117,7 +139,7 @@ def test_too_little_history_says_so_instead_of_comparing_zeros(
     )  # fmt: skip
     Job.objects.filter(pk=job.pk).update(submitted_at=timezone.now() - timedelta(hours=1))
     client.force_login(platform_admin)
-    html = client.post("/jobs/what-if/", form()).content.decode()
+    html = replay(client, form()).content.decode()
     assert 'data-testid="whatif-too-little"' in html
     assert "Only 1 job was submitted in the last 7d" in html
     assert 'data-testid="whatif-result"' not in html and "dashboard-figures" not in html
@@ -133,6 +155,112 @@ def test_when_nobody_waits_the_page_says_so_and_draws_no_empty_chart(
         )  # fmt: skip
         Job.objects.filter(pk=job.pk).update(submitted_at=timezone.now() - timedelta(hours=hours))
     client.force_login(platform_admin)
-    html = client.post("/jobs/what-if/", form()).content.decode()
+    html = replay(client, form()).content.decode()
     assert 'data-testid="whatif-no-wait"' in html
     assert "dashboard-figures" not in html
+
+
+def test_the_result_compares_the_replays_new_metrics(client, platform_admin, history):
+    client.force_login(platform_admin)
+    response = replay(client, form())
+    result = response.context["result"]
+    vision, nlp = rows(response)["vision"], rows(response)["nlp"]
+    # vision's jobs start in waves of one, then four: its p95 wait is at least its average.
+    assert vision["p95_wait_before_h"] >= vision["wait_before_h"] > 0
+    assert vision["p95_wait_after_h"] < vision["p95_wait_before_h"]
+    # Slowdown is (end - submit) / run time: a job that waited has one above 1.
+    assert vision["slowdown_before"] > 1 and nlp["slowdown_after"] > 1
+    assert vision["slowdown_after"] < vision["slowdown_before"]
+    for team in (vision, nlp):
+        assert team["lost_gpu_hours_before"] >= 0 and team["lost_gpu_hours_after"] >= 0
+    for side in ("before", "after"):
+        assert 0 < result[side]["jain_fairness"] <= 1
+        assert result[side]["gpu_hours_lost"] == pytest.approx(
+            sum(row[f"lost_gpu_hours_{side}"] for row in result["teams"])
+        )
+    html = response.content.decode()
+    fairness = html.split('data-testid="whatif-fairness">', 1)[1].split("</p>", 1)[0]
+    assert f"now {result['before']['jain_fairness']:.3f}" in fairness
+    assert "p95 wait now (h)" in html and "lost to preemption" in html
+
+
+def test_a_run_shows_its_progress_and_polls_until_done(client, platform_admin, history):
+    client.force_login(platform_admin)
+    location = client.post("/jobs/what-if/", form(**{"g-0": "7"}))["Location"]
+    run = WhatIfRun.objects.get()
+    assert run.created_by == platform_admin and run.window == "7d" and run.policy == "fairshare"
+    assert run.proposed[0] == {"team": "nlp", "model": run.proposed[0]["model"], "guaranteed": 7,
+                               "limit": 16}  # fmt: skip
+    message = OutboxMessage.objects.get()  # sent once the request's transaction commits
+    assert message.name == "jobs.what_if" and message.payload["args"] == [run.pk]
+    html = client.get(location).content.decode()
+    assert 'data-testid="whatif-progress"' in html and "js/what_if.js" in html
+    assert f'data-whatif-poll="/jobs/what-if/runs/{run.pk}/"' in html
+    assert 'name="g-0" type="number" min="0" value="7"' in html  # the proposal is on screen
+    assert 'data-testid="whatif-result"' not in html
+    status = client.get(f"/jobs/what-if/runs/{run.pk}/").json()
+    assert status == {"id": run.pk, "status": WhatIfStatus.QUEUED, "progress": 0, "error": ""}
+    whatif_run_execute(run_id=run.pk)
+    assert client.get(f"/jobs/what-if/runs/{run.pk}/").json()["status"] == WhatIfStatus.DONE
+    assert client.get(f"/jobs/what-if/runs/{run.pk}/").json()["progress"] == 100
+    html = client.get(location).content.decode()
+    assert 'data-testid="whatif-result"' in html and "js/what_if.js" not in html
+    # A redelivered task leaves a finished run alone.
+    assert whatif_run_execute(run_id=run.pk) == WhatIfStatus.DONE
+
+
+def test_a_failed_replay_says_so_instead_of_polling_forever(
+    client, platform_admin, history, monkeypatch
+):
+    from apps.jobs import whatif
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("the fleet could not be read")
+
+    client.force_login(platform_admin)
+    location = client.post("/jobs/what-if/", form())["Location"]
+    run = WhatIfRun.objects.get()
+    monkeypatch.setattr(whatif, "what_if", broken)
+    with pytest.raises(RuntimeError):
+        whatif_run_execute(run_id=run.pk)
+    run.refresh_from_db()
+    assert run.status == WhatIfStatus.FAILED and run.finished_at
+    html = client.get(location).content.decode()
+    assert 'data-testid="whatif-failed"' in html and "the fleet could not be read" in html
+    assert "js/what_if.js" not in html
+
+
+def test_an_unknown_run_is_not_found(client, platform_admin):
+    client.force_login(platform_admin)
+    assert client.get("/jobs/what-if/?run=999999").status_code == 404
+    assert client.get("/jobs/what-if/?run=abc").status_code == 404
+    assert client.get("/jobs/what-if/runs/999999/").status_code == 404
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_a_real_worker_replays_the_run_the_form_started(client, platform_admin, history):
+    from celery.contrib.testing.worker import start_worker
+
+    from portal.celery import app
+    from tests.processes import wait_for
+
+    app.control.purge()
+    client.force_login(platform_admin)
+    with start_worker(app, pool="solo", perform_ping_check=False, shutdown_timeout=30):
+        response = client.post("/jobs/what-if/", form())
+        assert response.status_code == 302  # answered before any replay
+        run = WhatIfRun.objects.get()
+
+        def done() -> bool:
+            return client.get(f"/jobs/what-if/runs/{run.pk}/").json()["status"] == WhatIfStatus.DONE
+
+        assert wait_for(done, timeout=60)
+    run.refresh_from_db()
+    assert run.progress == 100 and run.started_at and run.finished_at >= run.started_at
+    teams = {row["team"]: row for row in run.result["teams"]}
+    assert teams["vision"]["wait_after_h"] < teams["vision"]["wait_before_h"]
+    assert teams["vision"]["p95_wait_before_h"] > 0 and teams["nlp"]["slowdown_after"] > 1
+    assert 0 < run.result["after"]["jain_fairness"] <= 1
+    html = client.get(response["Location"]).content.decode()
+    assert 'data-testid="whatif-result"' in html
