@@ -447,3 +447,11 @@ def test_guarantee_met_when_team_has_demand(g_vision, g_nlp, extra):
     freed = sum(1 for _ in d.preemptions)
     assert len(waiting) == min(g_vision, 8)
     assert freed == len(waiting)
+
+
+def test_pending_messages_count_gpus_in_the_right_number():
+    from apps.jobs.scheduler.explain import gpu_count
+
+    assert gpu_count(1, H100) == f"1 {H100} GPU"
+    assert gpu_count(12, H100) == f"12 {H100} GPUs"
+    assert gpu_count(1, None) == "1 GPU of any model"

@@ -16,6 +16,13 @@ def pretty_model(model: str | None) -> str:
     return model if model else "GPUs of any model"
 
 
+def gpu_count(count: int, model: str | None) -> str:
+    """ "1 H100 GPU", "12 H100 GPUs", "3 GPUs of any model": the noun in the right number (the
+    scheduler has no Django, so not portal.formatting)."""
+    noun = "GPU" if count == 1 else "GPUs"
+    return f"{count} {model} {noun}" if model else f"{count} {noun} of any model"
+
+
 def gpus_phrase(count: int, model: str | None) -> str:
     noun = "GPU" if count == 1 else "GPUs"
     return f"{count} free {model} {noun}" if model else f"{count} free {noun}"
@@ -58,12 +65,12 @@ class ExplainMixin:
                 n = self.quotas.guaranteed(key)
                 return (
                     PendingReason.QUOTA_REACHED,
-                    f"Team {job.team} is using all {n} guaranteed {pretty_model(model)} GPUs.",
+                    f"Team {job.team} is using all {gpu_count(n, model)} it is guaranteed.",
                 )
             n = self.quotas.limit(key)
             return (
                 PendingReason.QUOTA_REACHED,
-                f"Team {job.team} is at its quota of {n} {pretty_model(model)} GPUs.",
+                f"Team {job.team} is at its quota of {gpu_count(n, model)}.",
             )
         if not models:
             return (
@@ -102,7 +109,8 @@ class ExplainMixin:
         free = sum(self.pool.total.get(m, 0) for m in models)
         return (
             PendingReason.NO_CAPACITY,
-            f"Only {free} {pretty_model(model)} GPUs are free; the job needs {job.gpu_count}.",
+            f"Only {gpu_count(free, model)} {'is' if free == 1 else 'are'} free; "
+            f"the job needs {job.gpu_count}.",
         )
 
     def _estimate(self, job: QueuedJob) -> float | None:
