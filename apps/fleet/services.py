@@ -56,20 +56,30 @@ def _transition(*, obj, transitions, operation: str, actor, reason: str) -> None
             code="invalid_state",
             detail={"status": obj.status, "operation": operation},
         )
-    before = {"status": obj.status}
-    obj.status = target
-    changed = ["status"]
+    extra = {}
     if isinstance(obj, Gpu) and target == GpuStatus.RETIRED:
-        obj.retired_at = timezone.now()  # metering charges its capacity up to here
-        changed.append("retired_at")
-    obj.save(update_fields=changed)
-    audit_record(
-        actor=actor,
+        extra["retired_at"] = timezone.now()  # metering charges its capacity up to here
+    _change(
+        obj,
+        "status",
+        target,
         action=f"{obj._meta.model_name}.{operation}",
-        target=obj,
-        before=before,
-        after={"status": obj.status},
+        actor=actor,
         reason=reason,
+        extra=extra,
+    )
+
+
+def _change(obj, field: str, value, *, action: str, actor, reason: str, extra=None) -> None:
+    """Set one state field of a node or GPU (and any `extra` fields that go with it), save, and
+    audit the change: every state change of the fleet goes through here."""
+    before = {field: getattr(obj, field)}
+    setattr(obj, field, value)
+    for name, extra_value in (extra or {}).items():
+        setattr(obj, name, extra_value)
+    obj.save(update_fields=[field, *(extra or {})])
+    audit_record(
+        actor=actor, action=action, target=obj, before=before, after={field: value}, reason=reason
     )
 
 
@@ -185,16 +195,8 @@ def node_set_reachable(*, node: Node, reachable: bool, reason: str, now: datetim
     )
     if node.status != before:
         return False
-    node.status = after
-    node.save(update_fields=["status"])
-    audit_record(
-        actor=None,
-        action="node.up" if reachable else "node.unreachable",
-        target=node,
-        before={"status": before},
-        after={"status": after},
-        reason=reason,
-    )
+    action = "node.up" if reachable else "node.unreachable"
+    _change(node, "status", after, action=action, actor=None, reason=reason)
     if not reachable:
         hooks.emit("node.lost", node=node, now=now or timezone.now())
     return True
@@ -205,17 +207,7 @@ def gpu_set_health(*, gpu: Gpu, health: str, reason: str) -> bool:
     The caller holds the GPU's row lock. Returns True if it changed."""
     if gpu.health == health:
         return False
-    before = gpu.health
-    gpu.health = health
-    gpu.save(update_fields=["health"])
-    audit_record(
-        actor=None,
-        action=f"gpu.health_{health}",
-        target=gpu,
-        before={"health": before},
-        after={"health": health},
-        reason=reason,
-    )
+    _change(gpu, "health", health, action=f"gpu.health_{health}", actor=None, reason=reason)
     return True
 
 
