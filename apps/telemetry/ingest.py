@@ -42,6 +42,10 @@ SAMPLE_COLUMNS = (
     "power_w",
     "temp_c",
     "energy_mj",
+    "sm_active",
+    "sm_occupancy",
+    "tensor_active",
+    "dram_bw_util",
 )
 # Field: (lowest, highest) accepted; NVML gives None where a device cannot report it.
 SAMPLE_RANGES: dict[str, tuple[float, float]] = {
@@ -51,6 +55,11 @@ SAMPLE_RANGES: dict[str, tuple[float, float]] = {
     "power_w": (0, 10_000),
     "temp_c": (-40, 200),
     "energy_mj": (0, 2**62),
+    # GPM metrics (Hopper and newer), percent of the poll interval; absent on older GPUs.
+    "sm_active": (0, 100),
+    "sm_occupancy": (0, 100),
+    "tensor_active": (0, 100),
+    "dram_bw_util": (0, 100),
 }
 INTEGER_FIELDS = {"util_gpu", "util_mem", "mem_used_mib", "temp_c", "energy_mj"}
 HEALTH_FROM_AGENT = {
@@ -391,9 +400,14 @@ def store_samples(rows: list[tuple]) -> int:
     """Insert sample rows, skipping any (gpu, ts) already stored. Returns rows inserted.
 
     PostgreSQL: a plain COPY (fastest); only if it meets a duplicate, COPY into a staging table
-    and INSERT ... ON CONFLICT DO NOTHING. SQLite: INSERT ... ON CONFLICT DO NOTHING."""
+    and INSERT ... ON CONFLICT DO NOTHING. SQLite: INSERT ... ON CONFLICT DO NOTHING.
+
+    Rows may stop before the GPM columns (readings of GPUs without GPM): those are null."""
     if not rows:
         return 0
+    missing = len(SAMPLE_COLUMNS) - len(rows[0])
+    if missing > 0:
+        rows = [(*row, *(None,) * (len(SAMPLE_COLUMNS) - len(row))) for row in rows]
     if connection.vendor == "postgresql":
         try:
             return insert_ignoring_duplicates(

@@ -1,6 +1,12 @@
 from django.db import models
 
-from apps.telemetry.choices import IdleKind
+from apps.telemetry.choices import ActivitySignal, IdleKind
+
+
+def activity_signal(sm_active_avg: float | None) -> str:
+    """The signal a GPU's (or rollup's) busy time and idleness are judged by: SM activity where
+    the GPU reports GPM metrics, NVML utilization % otherwise."""
+    return ActivitySignal.UTIL if sm_active_avg is None else ActivitySignal.SM_ACTIVE
 
 
 class GpuSample(models.Model):
@@ -17,6 +23,13 @@ class GpuSample(models.Model):
     power_w = models.FloatField(null=True)
     temp_c = models.SmallIntegerField(null=True)
     energy_mj = models.BigIntegerField(null=True, help_text="NVML total energy counter, mJ.")
+    # NVML GPU Performance Metrics (Hopper and newer), percent 0-100 over the poll interval;
+    # null on devices without GPM. Unlike util_gpu ("some kernel ran"), they say how much of
+    # the GPU was actually working.
+    sm_active = models.FloatField(null=True, help_text="SM activity (GPM SM_UTIL), %.")
+    sm_occupancy = models.FloatField(null=True, help_text="SM occupancy (GPM), %.")
+    tensor_active = models.FloatField(null=True, help_text="Tensor core activity (GPM), %.")
+    dram_bw_util = models.FloatField(null=True, help_text="DRAM bandwidth utilization (GPM), %.")
 
     class Meta:
         constraints = [
@@ -87,14 +100,26 @@ class RollupBase(models.Model):
     power_avg_w = models.FloatField(null=True)
     energy_j = models.FloatField(null=True, help_text="Energy used in the bucket, joules.")
     busy_seconds = models.FloatField(
-        help_text="Seconds of the bucket with utilization at or above the busy threshold."
+        help_text="Seconds of the bucket the GPU was busy: SM activity at or above "
+        "TELEMETRY_SM_ACTIVE_BUSY_PERCENT where the GPU reports GPM, utilization at or above "
+        "TELEMETRY_BUSY_UTIL_PERCENT otherwise."
     )
+    # Averages over the bucket's samples that had a value; null when none had (no GPM).
+    sm_active_avg = models.FloatField(null=True, help_text="Average SM activity, %.")
+    sm_occupancy_avg = models.FloatField(null=True, help_text="Average SM occupancy, %.")
+    tensor_active_avg = models.FloatField(null=True, help_text="Average tensor activity, %.")
+    dram_bw_avg = models.FloatField(null=True, help_text="Average DRAM bandwidth use, %.")
 
     class Meta:
         abstract = True
 
     def __str__(self) -> str:
         return f"gpu {self.gpu_id} @ {self.bucket:%Y-%m-%d %H:%M}"
+
+    @property
+    def activity_signal(self) -> str:
+        """Which signal this bucket's busy time and idleness come from."""
+        return activity_signal(self.sm_active_avg)
 
 
 class GpuMinuteRollup(RollupBase):  # noqa: DJ008 - __str__ inherited

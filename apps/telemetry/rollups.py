@@ -29,11 +29,16 @@ ROLLUP_FIELDS = [
     "power_avg_w",
     "energy_j",
     "busy_seconds",
+    "sm_active_avg",
+    "sm_occupancy_avg",
+    "tensor_active_avg",
+    "dram_bw_avg",
 ]
 
 MINUTE_SQL = """
 WITH s AS (
     SELECT gpu_id, ts, util_gpu, mem_used_mib, power_w,
+           sm_active, sm_occupancy, tensor_active, dram_bw_util,
            energy_mj - lag(energy_mj) OVER (PARTITION BY gpu_id ORDER BY ts) AS step_mj
     FROM telemetry_gpusample
     WHERE ts >= %(lookback)s AND ts < %(end)s
@@ -42,26 +47,33 @@ WITH s AS (
            avg(util_gpu) AS util_avg, max(util_gpu) AS util_max,
            avg(mem_used_mib) AS mem_avg, max(mem_used_mib) AS mem_max, avg(power_w) AS power_avg,
            sum(step_mj) FILTER (WHERE step_mj >= 0) / 1000.0 AS energy_j,
-           60.0 * count(*) FILTER (WHERE util_gpu >= %(busy)s) / count(*) AS busy_seconds
+           60.0 * count(*) FILTER (
+               WHERE sm_active >= %(sm_busy)s OR (sm_active IS NULL AND util_gpu >= %(busy)s)
+           ) / count(*) AS busy_seconds,
+           avg(sm_active) AS sm_active_avg, avg(sm_occupancy) AS sm_occupancy_avg,
+           avg(tensor_active) AS tensor_active_avg, avg(dram_bw_util) AS dram_bw_avg
     FROM s WHERE ts >= %(start)s
     GROUP BY gpu_id, date_trunc('minute', ts)
 )
 INSERT INTO telemetry_gpuminuterollup
     (gpu_id, bucket, team_id, samples, util_avg, util_max, mem_used_avg_mib, mem_used_max_mib,
-     power_avg_w, energy_j, busy_seconds)
+     power_avg_w, energy_j, busy_seconds, sm_active_avg, sm_occupancy_avg, tensor_active_avg,
+     dram_bw_avg)
 SELECT g.gpu_id, g.bucket,
        (SELECT r.team_id FROM reservations_reservationgpu h
         JOIN reservations_reservation r ON r.id = h.reservation_id
         WHERE h.gpu_id = g.gpu_id AND h.active AND h.start <= g.bucket AND h."end" > g.bucket
         LIMIT 1),
        g.samples, g.util_avg, g.util_max, g.mem_avg, g.mem_max, g.power_avg, g.energy_j,
-       g.busy_seconds
+       g.busy_seconds, g.sm_active_avg, g.sm_occupancy_avg, g.tensor_active_avg, g.dram_bw_avg
 FROM grouped g
 ON CONFLICT (gpu_id, bucket) DO UPDATE SET
     team_id = EXCLUDED.team_id, samples = EXCLUDED.samples, util_avg = EXCLUDED.util_avg,
     util_max = EXCLUDED.util_max, mem_used_avg_mib = EXCLUDED.mem_used_avg_mib,
     mem_used_max_mib = EXCLUDED.mem_used_max_mib, power_avg_w = EXCLUDED.power_avg_w,
-    energy_j = EXCLUDED.energy_j, busy_seconds = EXCLUDED.busy_seconds
+    energy_j = EXCLUDED.energy_j, busy_seconds = EXCLUDED.busy_seconds,
+    sm_active_avg = EXCLUDED.sm_active_avg, sm_occupancy_avg = EXCLUDED.sm_occupancy_avg,
+    tensor_active_avg = EXCLUDED.tensor_active_avg, dram_bw_avg = EXCLUDED.dram_bw_avg
 """
 
 HOUR_SQL = """
@@ -75,27 +87,41 @@ WITH grouped AS (
            max(m.mem_used_max_mib) AS mem_max,
            sum(m.power_avg_w * m.samples)
                / nullif(sum(m.samples) FILTER (WHERE m.power_avg_w IS NOT NULL), 0) AS power_avg,
-           sum(m.energy_j) AS energy_j, sum(m.busy_seconds) AS busy_seconds
+           sum(m.energy_j) AS energy_j, sum(m.busy_seconds) AS busy_seconds,
+           sum(m.sm_active_avg * m.samples)
+               / nullif(sum(m.samples) FILTER (WHERE m.sm_active_avg IS NOT NULL), 0)
+               AS sm_active_avg,
+           sum(m.sm_occupancy_avg * m.samples)
+               / nullif(sum(m.samples) FILTER (WHERE m.sm_occupancy_avg IS NOT NULL), 0)
+               AS sm_occupancy_avg,
+           sum(m.tensor_active_avg * m.samples)
+               / nullif(sum(m.samples) FILTER (WHERE m.tensor_active_avg IS NOT NULL), 0)
+               AS tensor_active_avg,
+           sum(m.dram_bw_avg * m.samples)
+               / nullif(sum(m.samples) FILTER (WHERE m.dram_bw_avg IS NOT NULL), 0) AS dram_bw_avg
     FROM telemetry_gpuminuterollup m
     WHERE m.bucket >= %(start)s AND m.bucket < %(end)s
     GROUP BY m.gpu_id, date_trunc('hour', m.bucket)
 )
 INSERT INTO telemetry_gpuhourrollup
     (gpu_id, bucket, team_id, samples, util_avg, util_max, mem_used_avg_mib, mem_used_max_mib,
-     power_avg_w, energy_j, busy_seconds)
+     power_avg_w, energy_j, busy_seconds, sm_active_avg, sm_occupancy_avg, tensor_active_avg,
+     dram_bw_avg)
 SELECT g.gpu_id, g.hour,
        (SELECT m2.team_id FROM telemetry_gpuminuterollup m2
         WHERE m2.gpu_id = g.gpu_id
           AND m2.bucket >= g.hour AND m2.bucket < g.hour + interval '1 hour'
         GROUP BY m2.team_id ORDER BY count(*) DESC, m2.team_id LIMIT 1),
        g.samples, g.util_avg, g.util_max, g.mem_avg, g.mem_max, g.power_avg, g.energy_j,
-       g.busy_seconds
+       g.busy_seconds, g.sm_active_avg, g.sm_occupancy_avg, g.tensor_active_avg, g.dram_bw_avg
 FROM grouped g
 ON CONFLICT (gpu_id, bucket) DO UPDATE SET
     team_id = EXCLUDED.team_id, samples = EXCLUDED.samples, util_avg = EXCLUDED.util_avg,
     util_max = EXCLUDED.util_max, mem_used_avg_mib = EXCLUDED.mem_used_avg_mib,
     mem_used_max_mib = EXCLUDED.mem_used_max_mib, power_avg_w = EXCLUDED.power_avg_w,
-    energy_j = EXCLUDED.energy_j, busy_seconds = EXCLUDED.busy_seconds
+    energy_j = EXCLUDED.energy_j, busy_seconds = EXCLUDED.busy_seconds,
+    sm_active_avg = EXCLUDED.sm_active_avg, sm_occupancy_avg = EXCLUDED.sm_occupancy_avg,
+    tensor_active_avg = EXCLUDED.tensor_active_avg, dram_bw_avg = EXCLUDED.dram_bw_avg
 """
 
 
@@ -158,6 +184,7 @@ def rollup_minutes(*, start: datetime, end: datetime, portable: bool | None = No
                         "end": end,
                         "lookback": start - LOOKBACK,
                         "busy": settings.TELEMETRY_BUSY_UTIL_PERCENT,
+                        "sm_busy": settings.TELEMETRY_SM_ACTIVE_BUSY_PERCENT,
                     },
                 )
                 return cursor.rowcount
@@ -188,44 +215,67 @@ def _team_at(holders, gpu_id: int, moment: datetime) -> int | None:
     return next((team for s, e, team in holders.get(gpu_id, ()) if s <= moment < e), None)
 
 
+GPM_FIELDS = ("sm_active", "sm_occupancy", "tensor_active", "dram_bw_util")
+GPM_AVERAGES = ("sm_active_avg", "sm_occupancy_avg", "tensor_active_avg", "dram_bw_avg")
+
+
+def _mean(values: list) -> float | None:
+    present = [v for v in values if v is not None]
+    return sum(present) / len(present) if present else None
+
+
+def sample_is_busy(util: int | None, sm_active: float | None) -> bool:
+    """Busy by SM activity where the GPU reports it (GPM), by utilization % otherwise."""
+    if sm_active is not None:
+        return sm_active >= settings.TELEMETRY_SM_ACTIVE_BUSY_PERCENT
+    return util is not None and util >= settings.TELEMETRY_BUSY_UTIL_PERCENT
+
+
 def _portable_minutes(start: datetime, end: datetime) -> list[GpuMinuteRollup]:
-    busy_at = settings.TELEMETRY_BUSY_UTIL_PERCENT
     holders = _holders(start, end)
     groups: dict[tuple[int, datetime], list] = defaultdict(list)
     previous: dict[int, int | None] = {}
     samples = (
         GpuSample.objects.filter(ts__gte=start - LOOKBACK, ts__lt=end)
         .order_by("gpu_id", "ts")
-        .values_list("gpu_id", "ts", "util_gpu", "mem_used_mib", "power_w", "energy_mj")
+        .values_list(
+            "gpu_id", "ts", "util_gpu", "mem_used_mib", "power_w", "energy_mj", *GPM_FIELDS
+        )
     )
-    for gpu_id, ts, util, mem, power, energy in samples:
+    for gpu_id, ts, util, mem, power, energy, *gpm in samples:
         last = previous.get(gpu_id)
         step = energy - last if energy is not None and last is not None else None
         previous[gpu_id] = energy
         if ts >= start:
-            groups[(gpu_id, _floor(ts, timedelta(minutes=1)))].append((util, mem, power, step))
-    rows = []
-    for (gpu_id, bucket), items in groups.items():
-        utils = [u for u, _, _, _ in items if u is not None]
-        mems = [m for _, m, _, _ in items if m is not None]
-        powers = [p for _, _, p, _ in items if p is not None]
-        steps = [s for _, _, _, s in items if s is not None and s >= 0]
-        rows.append(
-            GpuMinuteRollup(
-                gpu_id=gpu_id,
-                bucket=bucket,
-                team_id=_team_at(holders, gpu_id, bucket),
-                samples=len(items),
-                util_avg=sum(utils) / len(utils) if utils else None,
-                util_max=max(utils) if utils else None,
-                mem_used_avg_mib=sum(mems) / len(mems) if mems else None,
-                mem_used_max_mib=max(mems) if mems else None,
-                power_avg_w=sum(powers) / len(powers) if powers else None,
-                energy_j=sum(steps) / 1000.0 if steps else None,
-                busy_seconds=60.0 * sum(1 for u in utils if u >= busy_at) / len(items),
-            )
-        )
-    return rows
+            groups[(gpu_id, _floor(ts, timedelta(minutes=1)))].append((util, mem, power, step, gpm))
+    return [
+        _minute_row(gpu_id, bucket, items, _team_at(holders, gpu_id, bucket))
+        for (gpu_id, bucket), items in groups.items()
+    ]
+
+
+def _minute_row(gpu_id: int, bucket: datetime, items: list, team_id: int | None):
+    utils = [u for u, _, _, _, _ in items if u is not None]
+    mems = [m for _, m, _, _, _ in items if m is not None]
+    steps = [s for _, _, _, s, _ in items if s is not None and s >= 0]
+    busy = sum(1 for util, _, _, _, gpm in items if sample_is_busy(util, gpm[0]))
+    return GpuMinuteRollup(
+        gpu_id=gpu_id,
+        bucket=bucket,
+        team_id=team_id,
+        samples=len(items),
+        util_avg=_mean(utils),
+        util_max=max(utils) if utils else None,
+        mem_used_avg_mib=_mean(mems),
+        mem_used_max_mib=max(mems) if mems else None,
+        power_avg_w=_mean([p for _, _, p, _, _ in items]),
+        energy_j=sum(steps) / 1000.0 if steps else None,
+        busy_seconds=60.0 * busy / len(items),
+        **{
+            name: _mean([gpm[index] for _, _, _, _, gpm in items])
+            for index, name in enumerate(GPM_AVERAGES)
+        },
+    )
 
 
 def rollup_hours(*, start: datetime, end: datetime, portable: bool | None = None) -> int:
@@ -262,31 +312,32 @@ def _portable_hours(start: datetime, end: datetime) -> list[GpuHourRollup]:
         "energy_j",
         "busy_seconds",
         "team_id",
+        *GPM_AVERAGES,
     )
     for gpu_id, bucket, *values in minutes:
         groups[(gpu_id, _floor(bucket, timedelta(hours=1)))].append(values)
-    rows = []
-    for (gpu_id, hour), items in groups.items():
-        teams: dict[int | None, int] = defaultdict(int)
-        for item in items:
-            teams[item[8]] += 1
-        team_id = sorted(teams.items(), key=lambda kv: (-kv[1], kv[0] is None, kv[0] or 0))[0][0]
-        maxima = [i[2] for i in items if i[2] is not None]
-        mem_maxima = [i[4] for i in items if i[4] is not None]
-        energies = [i[6] for i in items if i[6] is not None]
-        rows.append(
-            GpuHourRollup(
-                gpu_id=gpu_id,
-                bucket=hour,
-                team_id=team_id,
-                samples=sum(i[0] for i in items),
-                util_avg=_weighted(items, 1),
-                util_max=max(maxima) if maxima else None,
-                mem_used_avg_mib=_weighted(items, 3),
-                mem_used_max_mib=max(mem_maxima) if mem_maxima else None,
-                power_avg_w=_weighted(items, 5),
-                energy_j=sum(energies) if energies else None,
-                busy_seconds=sum(i[7] for i in items),
-            )
-        )
-    return rows
+    return [_hour_row(gpu_id, hour, items) for (gpu_id, hour), items in groups.items()]
+
+
+def _hour_row(gpu_id: int, hour: datetime, items: list) -> GpuHourRollup:
+    teams: dict[int | None, int] = defaultdict(int)
+    for item in items:
+        teams[item[8]] += 1
+    team_id = sorted(teams.items(), key=lambda kv: (-kv[1], kv[0] is None, kv[0] or 0))[0][0]
+    maxima = [i[2] for i in items if i[2] is not None]
+    mem_maxima = [i[4] for i in items if i[4] is not None]
+    energies = [i[6] for i in items if i[6] is not None]
+    return GpuHourRollup(
+        gpu_id=gpu_id,
+        bucket=hour,
+        team_id=team_id,
+        samples=sum(i[0] for i in items),
+        util_avg=_weighted(items, 1),
+        util_max=max(maxima) if maxima else None,
+        mem_used_avg_mib=_weighted(items, 3),
+        mem_used_max_mib=max(mem_maxima) if mem_maxima else None,
+        power_avg_w=_weighted(items, 5),
+        energy_j=sum(energies) if energies else None,
+        busy_seconds=sum(i[7] for i in items),
+        **{name: _weighted(items, 9 + index) for index, name in enumerate(GPM_AVERAGES)},
+    )

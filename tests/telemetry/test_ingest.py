@@ -49,6 +49,11 @@ def test_overlapping_batches_fall_back_to_on_conflict_and_keep_new_rows(node_gpu
         ({"temp_c": math.inf}, "bad_value"),
         ({"mem_used_mib": "lots"}, "bad_value"),
         ({"util_gpu": True}, "bad_value"),
+        ({"sm_active": 100.5}, "value_out_of_range"),
+        ({"sm_occupancy": -1}, "value_out_of_range"),
+        ({"tensor_active": "busy"}, "bad_value"),
+        ({"dram_bw_util": math.nan}, "bad_value"),
+        ({"sm_active": False}, "bad_value"),
     ],
 )
 def test_bad_samples_are_rejected_and_counted_good_ones_kept(node_gpus, now, bad, reason):
