@@ -165,8 +165,8 @@ class NullSink:
         return len(chunk)
 
 
-def bench_focus():
-    from apps.billing import exports
+def bench_focus(version):
+    from apps.billing import exports, focus
     from apps.billing.models import BillingPeriod
 
     period = BillingPeriod.objects.get(month=NOV.date())
@@ -175,7 +175,8 @@ def bench_focus():
 
     def export():
         lines, sink = 0, NullSink()
-        for chunk in exports.csv_chunks(exports.FOCUS_COLUMNS, exports.focus_rows(scope)):
+        columns = focus.focus_columns(version)
+        for chunk in exports.csv_chunks(columns, focus.focus_rows(scope, version)):
             sink.write(chunk)
             lines += 1
         return lines
@@ -185,7 +186,7 @@ def bench_focus():
     export()
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
-    print("\n(b) FOCUS 1.2 export of November")
+    print(f"\n(b) FOCUS {version} export of November")
     print(f"{'path':44} {'seconds':>9} {'ratio':>7}")
     print(f"{'raw SQL GROUP BY into the same lines':44} {baseline:9.2f} {1:7.1f}")
     print(f"{'FOCUS CSV, streamed':44} {seconds:9.2f} {seconds / baseline:7.1f}")
@@ -201,7 +202,8 @@ def main():
     recreate_database()
     seed(args.gpus, with_rollups=not args.no_rollups)
     bench_metering()
-    bench_focus()
+    bench_focus("1.2")
+    bench_focus("1.3")
 
 
 if __name__ == "__main__":

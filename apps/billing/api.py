@@ -12,7 +12,7 @@ from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from apps.billing import exports, selectors, services
+from apps.billing import exports, focus, selectors, services
 from apps.billing.choices import Enforcement, ExportFormat, is_showback
 from apps.billing.models import (
     Adjustment,
@@ -314,8 +314,9 @@ class UsageView(APIView):
 
 class ChargebackView(APIView):
     """Finance chargeback export of a month: csv / json (team x GPU model x day, or `level=detail`
-    per GPU and booking/job), xlsx (summary + detail sheets), focus (FinOps FOCUS 1.2 CSV).
-    Exports of an open month are drafts. Finance and platform admins only."""
+    per GPU and booking/job), xlsx (summary + detail sheets), focus (FinOps FOCUS CSV, version
+    1.3 unless `focus_version=1.2`). Exports of an open month are drafts. Finance and platform
+    admins only."""
 
     permission_classes = [BillingAdminOnly]
 
@@ -329,6 +330,12 @@ class ChargebackView(APIView):
             TEAM_PARAM,
             OpenApiParameter("format", str, enum=ExportFormat.values, description="Default csv."),
             OpenApiParameter("level", str, enum=[exports.SUMMARY, exports.DETAIL]),
+            OpenApiParameter(
+                "focus_version",
+                str,
+                enum=list(focus.FOCUS_VERSIONS),
+                description="FOCUS version of format=focus (default 1.3).",
+            ),
         ],
         responses={(200, "text/csv"): OpenApiTypes.BINARY},
     )
@@ -350,15 +357,30 @@ class ChargebackView(APIView):
                 "FOCUS exports carry costs; this portal runs in showback mode (GPU-hours only).",
                 code="showback_mode",
             )
+        version = focus_version_from(request.query_params)
         period = _period_from(request)
         team_id = None
         if request.query_params.get("team"):
             team_id = get_object_or_404(Team, slug=request.query_params["team"]).pk
         scope = exports.ExportScope(period=period, team_id=team_id, level=level)
-        return export_response(scope, fmt)
+        return export_response(scope, fmt, focus_version=version)
 
 
-def export_response(scope: exports.ExportScope, fmt: str):
+def focus_version_from(params) -> str:
+    """The FOCUS version asked for (default 1.3); anything else is a 400 naming the choices."""
+    version = params.get("focus_version") or focus.DEFAULT_FOCUS_VERSION
+    if version not in focus.FOCUS_VERSIONS:
+        raise ApplicationError(
+            f"focus_version must be one of {', '.join(sorted(focus.FOCUS_VERSIONS))} "
+            f"(default {focus.DEFAULT_FOCUS_VERSION}).",
+            code="invalid_focus_version",
+        )
+    return version
+
+
+def export_response(
+    scope: exports.ExportScope, fmt: str, *, focus_version: str = focus.DEFAULT_FOCUS_VERSION
+):
     """The streaming download of an export (shared by the API and the finance page)."""
     # Level and team are in the name so that the summary and the detail download of the same
     # month (or two teams' files) do not overwrite each other in a downloads folder.
@@ -382,7 +404,9 @@ def export_response(scope: exports.ExportScope, fmt: str):
         response["Content-Disposition"] = f'attachment; filename="{name}.json"'
     else:
         if fmt == ExportFormat.FOCUS:
-            header, rows, name = exports.FOCUS_COLUMNS, exports.focus_rows(scope), f"{name}-focus"
+            header = focus.focus_columns(focus_version)
+            rows = focus.focus_rows(scope, focus_version)
+            name = f"{name}-focus-{focus_version}"
         else:
             showback = is_showback()
             header = exports.table_columns(scope.level, showback=showback)

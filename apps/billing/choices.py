@@ -37,7 +37,7 @@ class ExportFormat(models.TextChoices):
     CSV = "csv", "CSV"
     JSON = "json", "JSON"
     XLSX = "xlsx", "Excel (XLSX)"
-    FOCUS = "focus", "FinOps FOCUS 1.2 (CSV)"
+    FOCUS = "focus", "FinOps FOCUS 1.3 or 1.2 (CSV)"
 
 
 BUDGET_THRESHOLDS = (50, 80, 100)

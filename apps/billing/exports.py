@@ -1,4 +1,4 @@
-"""Chargeback exports (CSV, JSON, XLSX, FinOps FOCUS 1.2) read straight from the ledger.
+"""Chargeback exports (CSV, JSON, XLSX; FinOps FOCUS in `focus.py`) read straight from the ledger.
 
 Rounding rule. The ledger keeps each charge at full precision. Exported lines are rounded to
 cents, half-even, with a running total: walking the lines in the export's fixed order (team,
@@ -22,18 +22,17 @@ import json
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, date
 from decimal import ROUND_HALF_EVEN, Decimal
-from functools import lru_cache
 
 from django.conf import settings
 from django.db.models import Case, F, IntegerField, Sum, Value, When
 from django.db.models.functions import TruncDate
 
 from apps.billing.choices import PLATFORM_COST_CENTER, ChargeSource, is_showback
+from apps.billing.invoices import invoice_id
 from apps.billing.models import BillingPeriod, LedgerEntry
 from apps.billing.money import ExactSum
-from apps.billing.periods import month_bounds
 
 CENT = Decimal("0.01")
 HOURS = Decimal(3600)
@@ -286,41 +285,135 @@ def json_chunks(scope: ExportScope, rows: Iterator[dict]) -> Iterator[str]:
 
 # ---- XLSX ------------------------------------------------------------------------------------
 
+TOTAL_LABEL = "Total"
+HOURS_FORMAT = "#,##0.00"
+ENERGY_FORMAT = "#,##0.000"
+DAY_FORMAT = "yyyy-mm-dd"
+MONEY_COLUMN_NAMES = frozenset(MONEY_COLUMNS) | {"unit_price"}
+QUANTITY_FORMATS = {
+    "gpu_hours": HOURS_FORMAT,
+    "busy_gpu_hours": HOURS_FORMAT,
+    "held_idle_gpu_hours": HOURS_FORMAT,
+    "over_quota_gpu_hours": HOURS_FORMAT,
+    "energy_kwh": ENERGY_FORMAT,
+}
+WIDTHS = {"day": 12, "team": 18, "cost_center": 16, "gpu_model": 16, "invoice_id": 28}
+
+
+def money_format(currency: str) -> str:
+    """Thousands separators, two decimals and the currency code (negative credits keep it)."""
+    return f'#,##0.00 "{currency}";-#,##0.00 "{currency}"'
+
+
+class _Sheet:
+    """A write-only worksheet laid out for finance: widths set per column, the header frozen,
+    an autofilter over the data, number formats per column, and a totals row of SUM formulas
+    under every summed column."""
+
+    def __init__(self, workbook, title: str, columns: list[str], summed: list[str]) -> None:
+        from openpyxl.utils import get_column_letter
+
+        self.sheet = workbook.create_sheet(title)
+        self.columns, self.summed = columns, summed
+        self.letters = {name: get_column_letter(i + 1) for i, name in enumerate(columns)}
+        self.formats = _column_formats(columns)
+        for name, letter in self.letters.items():
+            # Write-only sheets take widths before the first row, so they follow the column's
+            # kind rather than its longest value.
+            width = WIDTHS.get(name, 16 if name in self.formats else 12)
+            self.sheet.column_dimensions[letter].width = max(width, len(name) + 2)
+        self.sheet.freeze_panes = "A2"
+        self.rows = 0
+        self._append([self._cell(name, bold=True) for name in columns])
+
+    def _cell(self, value, *, number_format: str | None = None, bold: bool = False):
+        from openpyxl.cell import WriteOnlyCell
+        from openpyxl.styles import Font
+
+        cell = WriteOnlyCell(self.sheet, value=value)
+        if number_format:
+            cell.number_format = number_format
+        if bold:
+            cell.font = Font(bold=True)
+        return cell
+
+    def _append(self, cells: list) -> None:
+        self.sheet.append(cells)
+        self.rows += 1
+
+    def add(self, values: dict) -> None:
+        self._append(
+            [
+                self._cell(_xlsx_value(name, values[name]), number_format=self.formats.get(name))
+                for name in self.columns
+            ]
+        )
+
+    def add_formula_row(self, label_column: str, formulas: dict[str, str]) -> None:
+        cells = []
+        for name in self.columns:
+            value = TOTAL_LABEL if name == label_column else formulas.get(name)
+            cells.append(self._cell(value, number_format=self.formats.get(name), bold=True))
+        self._append(cells)
+
+    def close(self, label_column: str) -> None:
+        """The totals row, and the autofilter over header and data (not the totals)."""
+        last = self.rows
+        self.sheet.auto_filter.ref = f"A1:{self.letters[self.columns[-1]]}{max(last, 1)}"
+        formulas = {
+            name: f"=SUM({self.letters[name]}2:{self.letters[name]}{last})" for name in self.summed
+        }
+        self.add_formula_row(label_column, formulas)
+
+
+def _column_formats(columns: list[str]) -> dict[str, str]:
+    money = money_format(settings.BILLING_CURRENCY)
+    formats = {"day": DAY_FORMAT}
+    for name in columns:
+        if name in MONEY_COLUMN_NAMES or name == "check_from_detail":
+            formats[name] = money
+        elif name in QUANTITY_FORMATS:
+            formats[name] = QUANTITY_FORMATS[name]
+    return formats
+
 
 def write_xlsx(scope: ExportScope, path: str) -> None:
-    """Summary sheet (one row per team, with a SUMIF of the detail sheet beside each value and
-    a SUM total), and a Detail sheet of the team x GPU model x day lines."""
+    """A Summary sheet (one row per team with its invoice id, and a SUMIF of the Detail sheet
+    beside each total as a check) and a Detail sheet of the team x GPU model x day lines; both
+    end in a totals row of SUM formulas."""
     from openpyxl import Workbook
 
     showback = is_showback()
     workbook = Workbook(write_only=True)
-    summary = workbook.create_sheet("Summary")
-    detail = workbook.create_sheet("Detail")
+    value_column = "gpu_hours" if showback else "cost"
+    summary_columns = ["team"] + ([] if showback else ["invoice_id"]) + ["gpu_hours"]
+    summary_columns += ([] if showback else ["cost"]) + ["check_from_detail"]
+    summary = _Sheet(workbook, "Summary", summary_columns, summary_columns[-2:])
+    summary.formats["check_from_detail"] = summary.formats[value_column]
     columns = table_columns(SUMMARY, showback=showback)
-    detail.append(columns)
-    detail_rows = 1
+    summed = [name for name in columns if name in QUANTITY_FORMATS or name in MONEY_COLUMNS]
+    detail = _Sheet(workbook, "Detail", columns, summed)
     for row in table_rows(ExportScope(scope.period, scope.team_id, SUMMARY)):
-        detail.append([_xlsx_value(row[name]) for name in columns])
-        detail_rows += 1
-    value_column = "cost" if not showback else "gpu_hours"
-    team_letter = _letter(columns.index("team"))
-    value_letter = _letter(columns.index(value_column))
-    title = f"{value_column} {scope.period.month:%Y-%m}" + (" (DRAFT)" if scope.draft else "")
-    summary.append(["team", "gpu_hours", value_column, "check: sum of detail", title])
-    totals = [t for t in team_totals(scope.period) if _in_scope(scope, t)]
-    for index, total in enumerate(totals, start=2):
-        value = total["gpu_hours"] if showback else total["cost"]
-        summary.append(
-            [
-                total["sub_account"],
-                float(total["gpu_hours"]),
-                float(value),
-                f"=SUMIF(Detail!{team_letter}2:{team_letter}{detail_rows},A{index},"
-                f"Detail!{value_letter}2:{value_letter}{detail_rows})",
-            ]
+        detail.add(row)
+    detail_last = detail.rows
+    detail.close("period")
+    team_range = f"Detail!${detail.letters['team']}$2:${detail.letters['team']}${detail_last}"
+    letter = detail.letters[value_column]
+    value_range = f"Detail!${letter}$2:${letter}${detail_last}"
+    for total in team_totals(scope.period):
+        if not _in_scope(scope, total):
+            continue
+        row_number = summary.rows + 1
+        summary.add(
+            {
+                "team": total["sub_account"],
+                "invoice_id": invoice_id(scope.period, total["sub_account"]),
+                "gpu_hours": total["gpu_hours"],
+                "cost": total["cost"],
+                "check_from_detail": f"=SUMIF({team_range},A{row_number},{value_range})",
+            }
         )
-    last = len(totals) + 1
-    summary.append(["total", f"=SUM(B2:B{last})", f"=SUM(C2:C{last})", f"=SUM(D2:D{last})"])
+    summary.close("team")
     workbook.save(path)
 
 
@@ -328,13 +421,9 @@ def _in_scope(scope: ExportScope, total: dict) -> bool:
     return scope.team_id is None or total["team_id"] == scope.team_id
 
 
-def _letter(index: int) -> str:
-    from openpyxl.utils import get_column_letter
-
-    return get_column_letter(index + 1)
-
-
-def _xlsx_value(value):
+def _xlsx_value(name: str, value):
+    if name == "day" and value:
+        return date.fromisoformat(value)  # a real date, so Excel's filters offer days
     if isinstance(value, Decimal):
         return float(value)
     return value
@@ -345,112 +434,3 @@ def xlsx_file(scope: ExportScope):
     write_xlsx(scope, handle.name)
     handle.seek(0)
     return handle
-
-
-# ---- FOCUS 1.2 -------------------------------------------------------------------------------
-
-FOCUS_COLUMNS = [
-    "BilledCost", "BillingAccountId", "BillingAccountName", "BillingAccountType",
-    "BillingCurrency", "BillingPeriodEnd", "BillingPeriodStart", "ChargeCategory", "ChargeClass",
-    "ChargeDescription", "ChargeFrequency", "ChargePeriodEnd", "ChargePeriodStart",
-    "ConsumedQuantity", "ConsumedUnit", "ContractedCost", "ContractedUnitPrice", "EffectiveCost",
-    "InvoiceIssuerName", "ListCost", "ListUnitPrice", "PricingCategory", "PricingQuantity",
-    "PricingUnit", "ProviderName", "PublisherName", "RegionId", "RegionName", "ResourceId",
-    "ResourceName", "ResourceType", "ServiceCategory", "ServiceName", "SkuId", "SkuPriceId",
-    "SubAccountId", "SubAccountName", "SubAccountType", "Tags",
-    "x_BusyGpuHours", "x_IdleGpuHours", "x_EnergyKwh", "x_ReservationId", "x_JobId",
-    "x_OverQuota", "x_Draft",
-]  # fmt: skip
-
-
-@lru_cache(maxsize=4096)
-def _focus_time(moment: datetime | date) -> str:
-    if not isinstance(moment, datetime):
-        moment = datetime(moment.year, moment.month, moment.day, tzinfo=UTC)
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def focus_rows(scope: ExportScope) -> Iterator[dict]:
-    """One FOCUS row per team x source x GPU x day (plus one per adjustment)."""
-    period_start, period_end = month_bounds(scope.period.month)
-    provider = settings.BILLING_PROVIDER_NAME
-    currency = settings.BILLING_CURRENCY
-    draft = flag(scope.draft)
-    billing_start, billing_end = _focus_time(period_start), _focus_time(period_end)
-    for line in export_lines(ExportScope(scope.period, scope.team_id, DETAIL)):
-        source = line["source"]
-        adjustment = source == ChargeSource.ADJUSTMENT
-        quantity = gpu_hours(line["sum_gpu_seconds"])
-        unit_price = line["unit_price"] or Decimal(0)
-        day_start = datetime(line["day"].year, line["day"].month, line["day"].day, tzinfo=UTC)
-        idle_seconds = (
-            line["sum_gpu_seconds"]
-            if source == ChargeSource.UNALLOCATED
-            else line["held_idle_seconds"]
-        )
-        yield {
-            "BilledCost": line["cost"],
-            "BillingAccountId": provider,
-            "BillingAccountName": provider,
-            "BillingAccountType": "Internal",
-            "BillingCurrency": currency,
-            "BillingPeriodEnd": billing_end,
-            "BillingPeriodStart": billing_start,
-            "ChargeCategory": "Adjustment" if adjustment else "Usage",
-            "ChargeClass": "Correction" if adjustment else None,
-            "ChargeDescription": _charge_description(line),
-            "ChargeFrequency": "One-Time" if adjustment else "Usage-Based",
-            "ChargePeriodEnd": _focus_time(min(day_start + timedelta(days=1), period_end)),
-            "ChargePeriodStart": _focus_time(day_start),
-            "ConsumedQuantity": None if adjustment else quantity,
-            "ConsumedUnit": None if adjustment else "GPU-Hours",
-            "ContractedCost": line["cost"],
-            "ContractedUnitPrice": None if adjustment else unit_price,
-            "EffectiveCost": line["cost"],
-            "InvoiceIssuerName": provider,
-            "ListCost": line["cost"] if adjustment else cents(quantity * unit_price),
-            "ListUnitPrice": None if adjustment else unit_price,
-            "PricingCategory": None if adjustment else "Standard",
-            "PricingQuantity": None if adjustment else quantity,
-            "PricingUnit": None if adjustment else "GPU-Hours",
-            "ProviderName": provider,
-            "PublisherName": provider,
-            "RegionId": None,
-            "RegionName": None,
-            "ResourceId": line["gpu__uuid"],
-            "ResourceName": (
-                f"{line['gpu__node__hostname']}/gpu{line['gpu__index']}"
-                if line["gpu__uuid"]
-                else None
-            ),
-            "ResourceType": "GPU" if line["gpu__uuid"] else None,
-            "ServiceCategory": "AI and Machine Learning",
-            "ServiceName": "GPU compute",
-            "SkuId": line["gpu_model__name"],
-            "SkuPriceId": line["rate_card_id"],
-            "SubAccountId": line["sub_account"],
-            "SubAccountName": line["team__name"] or "Platform (unallocated capacity)",
-            "SubAccountType": "Team" if line["team_id"] else "Platform",
-            "Tags": json.dumps(
-                {"cost_center": line["team__cost_center"] or line["sub_account"]},
-                sort_keys=True,
-            ),
-            "x_BusyGpuHours": gpu_hours(line["sum_busy_seconds"]),
-            "x_IdleGpuHours": gpu_hours(idle_seconds),
-            "x_EnergyKwh": line["sum_energy_kwh"],
-            "x_ReservationId": line["source_id"] if source == ChargeSource.RESERVATION else None,
-            "x_JobId": line["source_id"] if source == ChargeSource.JOB else None,
-            "x_OverQuota": flag(line["over_quota"]),
-            "x_Draft": draft,
-        }
-
-
-def _charge_description(line: dict) -> str:
-    source, model = line["source"], line["gpu_model__name"]
-    if source == ChargeSource.RESERVATION:
-        return f"{model} GPU reservation #{line['source_id']}"
-    if source == ChargeSource.JOB:
-        return f"{model} GPU job #{line['source_id']}"
-    if source == ChargeSource.UNALLOCATED:
-        return f"{model} unallocated capacity"
-    return f"Adjustment #{line['source_id']}"

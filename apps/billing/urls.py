@@ -11,4 +11,6 @@ urlpatterns = [
     path("rate-cards/", views.rate_cards_view, name="rate-cards"),
     path("budgets/", views.budgets_view, name="budgets"),
     path("cost/", views.cost_dashboard_view, name="cost"),
+    path("statements/<str:period>.zip", views.statements_zip_view, name="statements-zip"),
+    path("statements/<str:period>/<slug:team>/", views.statement_view, name="statement"),
 ]

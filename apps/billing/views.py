@@ -2,10 +2,12 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
+from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.template.loader import render_to_string
 from django.utils import timezone
 
-from apps.billing import exports, figures, selectors, services
+from apps.billing import exports, figures, selectors, services, statements
 from apps.billing.choices import ExportFormat, is_showback
 from apps.billing.forms import AdjustmentForm, BudgetForm, RateCardEndForm, RateCardForm
 from apps.billing.models import Adjustment, BillingPeriod, RateCard
@@ -179,6 +181,7 @@ def budgets_view(request):
             "period": period,
             "periods": BillingPeriod.objects.all()[:24],
             "rows": rows,
+            "statement_teams": _statement_teams(request.user, teams),
             "form": form,
             "can_edit": can_edit,
             "currency": settings.BILLING_CURRENCY,
@@ -214,3 +217,69 @@ def cost_dashboard_view(request):
             "showback": is_showback(),
         },
     )
+
+
+def _refuse_in_showback() -> None:
+    if is_showback():
+        raise Http404(
+            "This portal runs in showback mode (GPU-hours only): it issues no statements."
+        )
+
+
+def _statement_period(text: str) -> BillingPeriod:
+    try:
+        month = parse_period(text, now=timezone.now())
+    except ApplicationError as refusal:
+        raise Http404(refusal.message) from None
+    return selectors.period_for_month(month) or BillingPeriod(month=month)
+
+
+def _statement_team(user, slug: str) -> Team:
+    """Finance and platform admins read every team's statement, team admins their teams';
+    other members of the team are refused (403), everyone else does not see the team (404)."""
+    if is_billing_admin(user):
+        return get_object_or_404(Team, slug=slug)
+    team = get_object_or_404(Team.objects.for_user(user), slug=slug)
+    if not Team.objects.managed_by(user).filter(pk=team.pk).exists():
+        raise PermissionDenied(
+            "Only the team's admins, finance and platform admins see statements."
+        )
+    return team
+
+
+def _statement_teams(user, teams) -> set[str]:
+    """Slugs of the teams among `teams` whose statements the user may read."""
+    if is_showback():
+        return set()
+    if is_billing_admin(user):
+        return {team.slug for team in teams}
+    return set(Team.objects.managed_by(user).filter(pk__in=teams).values_list("slug", flat=True))
+
+
+@login_required
+def statement_view(request, period: str, team: str):
+    """A team's printable monthly statement (a draft while the month is open)."""
+    _refuse_in_showback()
+    chosen_team = _statement_team(request.user, team)
+    chosen_period = _statement_period(period)
+    statement = statements.team_statement(chosen_period, chosen_team)
+    return render(request, "billing/statement.html", {"statement": statement})
+
+
+@login_required
+def statements_zip_view(request, period: str):
+    """Finance: every team's statement of a month as one ZIP of printable HTML files."""
+    _require_billing_admin(request.user)
+    _refuse_in_showback()
+    chosen_period = _statement_period(period)
+
+    def render_file(statement) -> str:
+        return render_to_string("billing/statement_file.html", {"statement": statement})
+
+    content = statements.statements_zip(chosen_period, render_file)
+    name = f"statements-{chosen_period.month:%Y-%m}" + (
+        "-draft" if not chosen_period.is_closed else ""
+    )
+    response = HttpResponse(content, content_type="application/zip")
+    response["Content-Disposition"] = f'attachment; filename="{name}.zip"'
+    return response

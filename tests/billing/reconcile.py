@@ -28,7 +28,7 @@ def format_totals(period) -> dict[str, dict[str, Decimal]]:
     from the files the exports write."""
     from openpyxl import load_workbook
 
-    from apps.billing import exports
+    from apps.billing import exports, focus, statements
 
     result = {}
     for level in (exports.SUMMARY, exports.DETAIL):
@@ -40,14 +40,20 @@ def format_totals(period) -> dict[str, dict[str, Decimal]]:
         document = json.loads("".join(exports.json_chunks(scope, exports.table_rows(scope))))
         result[f"json-{level}"] = _by_team((r["team"], r["cost"]) for r in document["rows"])
     scope = exports.ExportScope(period)
-    text = "".join(exports.csv_chunks(exports.FOCUS_COLUMNS, exports.focus_rows(scope)))
-    rows = csv.DictReader(io.StringIO(text))
-    result["focus"] = _by_team((r["SubAccountId"], r["BilledCost"]) for r in rows)
+    for version in focus.FOCUS_VERSIONS:
+        columns = focus.focus_columns(version)
+        text = "".join(exports.csv_chunks(columns, focus.focus_rows(scope, version)))
+        rows = csv.DictReader(io.StringIO(text))
+        result[f"focus-{version}"] = _by_team((r["SubAccountId"], r["BilledCost"]) for r in rows)
     with tempfile.NamedTemporaryFile(suffix=".xlsx") as handle:
         exports.write_xlsx(scope, handle.name)
         detail = list(load_workbook(handle.name)["Detail"].iter_rows(values_only=True))
     team, cost = detail[0].index("team"), detail[0].index("cost")
-    result["xlsx"] = _by_team((row[team], row[cost]) for row in detail[1:])
+    assert detail[-1][0] == exports.TOTAL_LABEL  # the totals row: formulas, not a line
+    result["xlsx"] = _by_team((row[team], row[cost]) for row in detail[1:-1])
+    result["statement"] = {
+        s.team.slug: s.total for s in statements.team_statements(period)
+    }
     return result
 
 
@@ -63,9 +69,11 @@ def drift(period) -> dict[str, dict[str, str]]:
     page = page_totals(period)
     found = {}
     for name, totals in format_totals(period).items():
+        # Statements are the teams'; the platform's unallocated capacity has none.
+        teams = set(page) - {"platform"} if name == "statement" else set(page)
         off = {
             team: str(totals.get(team, Decimal(0)) - page.get(team, Decimal(0)))
-            for team in set(page) | set(totals)
+            for team in teams | set(totals)
             if totals.get(team, Decimal(0)) != page.get(team, Decimal(0))
         }
         if off:

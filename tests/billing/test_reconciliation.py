@@ -171,12 +171,18 @@ def test_everything_reconciles_to_the_cent(month, finance_user, team, other_team
     workbook = openpyxl.load_workbook(io.BytesIO(download(finance_user, "format=xlsx")))
     detail = list(workbook["Detail"].iter_rows(values_only=True))
     cost_column = detail[0].index("cost")
-    xlsx_total = sum(Decimal(str(row[cost_column])) for row in detail[1:])
+    assert detail[-1][0] == "Total"  # the totals row holds SUM formulas
+    assert detail[-1][cost_column] == f"=SUM(K2:K{len(detail) - 1})"
+    xlsx_total = sum(Decimal(str(row[cost_column])) for row in detail[1:-1])
     assert xlsx_total == ledger_cents
     summary_rows = list(workbook["Summary"].iter_rows(values_only=True))
-    assert summary_rows[-1][2] == f"=SUM(C2:C{len(summary_rows) - 1})"
-    assert str(summary_rows[1][3]).startswith("=SUMIF(Detail!")
-    assert sum(Decimal(str(r[2])) for r in summary_rows[1:-1]) == ledger_cents
+    assert summary_rows[0] == ("team", "invoice_id", "gpu_hours", "cost", "check_from_detail")
+    assert summary_rows[-1][3] == f"=SUM(D2:D{len(summary_rows) - 1})"
+    assert str(summary_rows[1][4]).startswith("=SUMIF(Detail!")
+    assert sum(Decimal(str(r[3])) for r in summary_rows[1:-1]) == ledger_cents
+    assert {r[1] for r in summary_rows[1:-1]} == {
+        f"DRAFT-GPU-2026-11-{slug}" for slug in (team.slug, other_team.slug, "platform")
+    }
 
 
 def test_filtered_team_export_rounds_exactly_as_in_the_full_export(month, finance_user, other_team):

@@ -1,0 +1,322 @@
+"""FinOps FOCUS exports (1.3, the default, and 1.2 for older tools) of a month's ledger.
+
+One row per team x source x GPU x day, plus one per adjustment, from the detail lines of
+`exports.export_lines`, so BilledCost sums per SubAccountId to the chargeback page's team totals
+to the cent. Both versions carry InvoiceId (one per team and month, `DRAFT-` while the month is
+open), ServiceSubcategory, SkuMeter and the recommended columns we have data for.
+
+1.3 adds ServiceProviderName and HostProviderName (ProviderName and PublisherName are deprecated
+in 1.3 but still present there), CapacityReservationId/Status and the split-cost allocation
+columns. Each GPU-day is an origin charge split between the teams that held it (their busy
+share, and the share they held idle, as separate rows), jobs outside bookings, and the
+platform's unallocated capacity. AllocatedMethodId names that method; AllocatedMethodDetails
+gives each row's ratio of the GPU-day's GPU-time (the ratios of one GPU-day add up to exactly 1);
+the platform's rows have no AllocatedResourceId, as the spec asks for the unallocated portion.
+Our own columns carry the `x_` prefix.
+"""
+
+import json
+from collections.abc import Iterator
+from datetime import UTC, date, datetime, timedelta
+from decimal import ROUND_HALF_EVEN, Decimal
+from functools import lru_cache
+
+from django.conf import settings
+from django.db.models import Sum
+from django.db.models.functions import TruncDate
+
+from apps.billing.choices import ChargeSource
+from apps.billing.exports import DETAIL, ExportScope, cents, export_lines, flag, gpu_hours
+from apps.billing.invoices import invoice_id
+from apps.billing.models import LedgerEntry
+from apps.billing.periods import month_bounds
+
+FOCUS_1_2 = "1.2"
+FOCUS_1_3 = "1.3"
+FOCUS_VERSIONS = (FOCUS_1_3, FOCUS_1_2)
+DEFAULT_FOCUS_VERSION = FOCUS_1_3
+
+SERVICE_CATEGORY = "AI and Machine Learning"
+SERVICE_SUBCATEGORY = "Machine Learning"  # a child of SERVICE_CATEGORY in the spec's list
+SKU_METER = "GPU time"
+ALLOCATION_METHOD = "gpu-time-held"
+TAG_PREFIX = "gpu-portal/"
+RATIO_PLACES = Decimal("0.000001")
+
+_COMMON = [
+    "BilledCost", "BillingAccountId", "BillingAccountName", "BillingAccountType",
+    "BillingCurrency", "BillingPeriodEnd", "BillingPeriodStart", "ChargeCategory", "ChargeClass",
+    "ChargeDescription", "ChargeFrequency", "ChargePeriodEnd", "ChargePeriodStart",
+    "ConsumedQuantity", "ConsumedUnit", "ContractedCost", "ContractedUnitPrice", "EffectiveCost",
+    "InvoiceId", "InvoiceIssuerName", "ListCost", "ListUnitPrice", "PricingCategory",
+    "PricingQuantity", "PricingUnit", "ProviderName", "PublisherName", "RegionId", "RegionName",
+    "ResourceId", "ResourceName", "ResourceType", "ServiceCategory", "ServiceName",
+    "ServiceSubcategory", "SkuId", "SkuMeter", "SkuPriceId", "SubAccountId", "SubAccountName",
+    "SubAccountType", "Tags",
+]  # fmt: skip
+_NEW_IN_1_3 = [
+    "AllocatedMethodDetails", "AllocatedMethodId", "AllocatedResourceId",
+    "AllocatedResourceName", "AllocatedTags", "CapacityReservationId",
+    "CapacityReservationStatus", "HostProviderName", "ServiceProviderName",
+]  # fmt: skip
+_OWN = [
+    "x_BusyGpuHours", "x_IdleGpuHours", "x_EnergyKwh", "x_ReservationId", "x_JobId",
+    "x_OverQuota", "x_Draft",
+]  # fmt: skip
+FOCUS_COLUMNS = {
+    FOCUS_1_2: [*_COMMON, *_OWN],
+    FOCUS_1_3: [*sorted(_COMMON + _NEW_IN_1_3), *_OWN],
+}
+
+
+def focus_columns(version: str = DEFAULT_FOCUS_VERSION) -> list[str]:
+    return FOCUS_COLUMNS[version]
+
+
+@lru_cache(maxsize=4096)
+def focus_time(moment: datetime | date) -> str:
+    if not isinstance(moment, datetime):
+        moment = datetime(moment.year, moment.month, moment.day, tzinfo=UTC)
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def focus_rows(scope: ExportScope, version: str = DEFAULT_FOCUS_VERSION) -> Iterator[dict]:
+    """The rows of a FOCUS export of `scope` (team or all, always at detail level)."""
+    context = _Context(scope)
+    for line in export_lines(ExportScope(scope.period, scope.team_id, DETAIL)):
+        row = _base_row(context, line)
+        if version == FOCUS_1_2:
+            yield row
+            continue
+        for share in _shares(line):
+            yield _allocated_row(context, line, row, share)
+
+
+class _Context:
+    """What every row of one export shares, computed once."""
+
+    def __init__(self, scope: ExportScope) -> None:
+        period_start, period_end = month_bounds(scope.period.month)
+        self.scope = scope
+        self.period_end = period_end
+        self.provider = settings.BILLING_PROVIDER_NAME
+        self.currency = settings.BILLING_CURRENCY
+        self.draft = flag(scope.draft)
+        self.billing_start = focus_time(period_start)
+        self.billing_end = focus_time(period_end)
+        self._gpu_day_seconds = None
+        self._allocated_seconds: dict[tuple, int] = {}
+
+    def gpu_day_seconds(self, uuid: str, day: date) -> int:
+        """GPU-seconds charged for one GPU on one day, every team and the platform together."""
+        if self._gpu_day_seconds is None:
+            rows = (
+                LedgerEntry.objects.filter(period_id=self.scope.period.pk, gpu__isnull=False)
+                .annotate(day=TruncDate("slice_start", tzinfo=UTC))
+                .values_list("gpu__uuid", "day")
+                .annotate(seconds=Sum("gpu_seconds"))
+            )
+            self._gpu_day_seconds = {(u, d): s or 0 for u, d, s in rows}
+        return self._gpu_day_seconds.get((uuid, day), 0)
+
+    def ratio(self, uuid: str, day: date, seconds: int) -> Decimal:
+        """This share's part of the GPU-day, rounded with a running total so that the parts of
+        one GPU-day add up to exactly 1."""
+        total = self.gpu_day_seconds(uuid, day)
+        if total <= 0:
+            return Decimal(0)
+        before = self._allocated_seconds.get((uuid, day), 0)
+        after = before + seconds
+        self._allocated_seconds[(uuid, day)] = after
+        return _ratio(after, total) - _ratio(before, total)
+
+
+def _ratio(part: int, total: int) -> Decimal:
+    return (Decimal(part) / Decimal(total)).quantize(RATIO_PLACES, rounding=ROUND_HALF_EVEN)
+
+
+def _base_row(context: _Context, line: dict) -> dict:
+    """The FOCUS 1.2 row of one export line."""
+    source = line["source"]
+    adjustment = source == ChargeSource.ADJUSTMENT
+    quantity = gpu_hours(line["sum_gpu_seconds"])
+    unit_price = line["unit_price"] or Decimal(0)
+    day_start = datetime(line["day"].year, line["day"].month, line["day"].day, tzinfo=UTC)
+    idle_seconds = (
+        line["sum_gpu_seconds"] if source == ChargeSource.UNALLOCATED else line["held_idle_seconds"]
+    )
+    provider = context.provider
+    return {
+        "BilledCost": line["cost"],
+        "BillingAccountId": provider,
+        "BillingAccountName": provider,
+        "BillingAccountType": "Internal",
+        "BillingCurrency": context.currency,
+        "BillingPeriodEnd": context.billing_end,
+        "BillingPeriodStart": context.billing_start,
+        "ChargeCategory": "Adjustment" if adjustment else "Usage",
+        "ChargeClass": "Correction" if adjustment else None,
+        "ChargeDescription": _charge_description(line),
+        "ChargeFrequency": "One-Time" if adjustment else "Usage-Based",
+        "ChargePeriodEnd": focus_time(min(day_start + timedelta(days=1), context.period_end)),
+        "ChargePeriodStart": focus_time(day_start),
+        "ConsumedQuantity": None if adjustment else quantity,
+        "ConsumedUnit": None if adjustment else "GPU-Hours",
+        "ContractedCost": line["cost"],
+        "ContractedUnitPrice": None if adjustment else unit_price,
+        "EffectiveCost": line["cost"],
+        "InvoiceId": invoice_id(context.scope.period, line["sub_account"]),
+        "InvoiceIssuerName": provider,
+        "ListCost": line["cost"] if adjustment else cents(quantity * unit_price),
+        "ListUnitPrice": None if adjustment else unit_price,
+        "PricingCategory": None if adjustment else "Standard",
+        "PricingQuantity": None if adjustment else quantity,
+        "PricingUnit": None if adjustment else "GPU-Hours",
+        "ProviderName": provider,
+        "PublisherName": provider,
+        "RegionId": None,
+        "RegionName": None,
+        "ResourceId": line["gpu__uuid"],
+        "ResourceName": (
+            f"{line['gpu__node__hostname']}/gpu{line['gpu__index']}" if line["gpu__uuid"] else None
+        ),
+        "ResourceType": "GPU" if line["gpu__uuid"] else None,
+        "ServiceCategory": SERVICE_CATEGORY,
+        "ServiceName": "GPU compute",
+        "ServiceSubcategory": SERVICE_SUBCATEGORY,
+        "SkuId": line["gpu_model__name"],
+        "SkuMeter": SKU_METER if line["gpu_model__name"] else None,
+        "SkuPriceId": line["rate_card_id"],
+        "SubAccountId": line["sub_account"],
+        "SubAccountName": line["team__name"] or "Platform (unallocated capacity)",
+        "SubAccountType": "Team" if line["team_id"] else "Platform",
+        "Tags": json.dumps(
+            {"cost_center": line["team__cost_center"] or line["sub_account"]}, sort_keys=True
+        ),
+        "x_BusyGpuHours": gpu_hours(line["sum_busy_seconds"]),
+        "x_IdleGpuHours": gpu_hours(idle_seconds),
+        "x_EnergyKwh": line["sum_energy_kwh"],
+        "x_ReservationId": line["source_id"] if source == ChargeSource.RESERVATION else None,
+        "x_JobId": line["source_id"] if source == ChargeSource.JOB else None,
+        "x_OverQuota": flag(line["over_quota"]),
+        "x_Draft": context.draft,
+    }
+
+
+BUSY, HELD_IDLE, JOB, UNALLOCATED, NOT_SPLIT = "busy", "held-idle", "job", "unallocated", None
+
+
+def _shares(line: dict) -> list[tuple]:
+    """(share, GPU-seconds, cost) of the 1.3 rows of one line: a booking's line becomes its busy
+    and its held-idle share (costs from the line's rounded held-idle component, so the two add
+    up to the line to the cent); other lines stay whole."""
+    source, seconds, cost = line["source"], line["sum_gpu_seconds"] or 0, line["cost"]
+    if source == ChargeSource.ADJUSTMENT or not line["gpu__uuid"]:
+        return [(NOT_SPLIT, seconds, cost)]
+    if source == ChargeSource.UNALLOCATED:
+        return [(UNALLOCATED, seconds, cost)]
+    if source == ChargeSource.JOB:
+        return [(JOB, seconds, cost)]
+    idle_seconds = _held_idle(line)
+    idle_cost = line["held_idle_cost"]
+    shares = []
+    if seconds - idle_seconds > 0 or cost - idle_cost != 0 or not idle_seconds:
+        shares.append((BUSY, seconds - idle_seconds, cost - idle_cost))
+    if idle_seconds:
+        shares.append((HELD_IDLE, idle_seconds, idle_cost))
+    return shares
+
+
+def _allocated_row(context: _Context, line: dict, base: dict, share: tuple) -> dict:
+    name, seconds, cost = share
+    row = dict(base)
+    row.update(
+        {
+            "ServiceProviderName": context.provider,
+            "HostProviderName": context.provider,
+            "AllocatedMethodId": None,
+            "AllocatedMethodDetails": None,
+            "AllocatedResourceId": None,
+            "AllocatedResourceName": None,
+            "AllocatedTags": None,
+            "CapacityReservationId": None,
+            "CapacityReservationStatus": None,
+        }
+    )
+    if name is NOT_SPLIT:
+        return row
+    quantity = gpu_hours(seconds)
+    if name == BUSY:
+        # So that a booking's two rows add up to the line's quantity exactly.
+        quantity = gpu_hours(line["sum_gpu_seconds"]) - gpu_hours(_held_idle(line))
+    unit_price = line["unit_price"] or Decimal(0)
+    row.update(
+        {
+            "BilledCost": cost,
+            "ContractedCost": cost,
+            "EffectiveCost": cost,
+            "ListCost": cents(quantity * unit_price),
+            "ConsumedQuantity": quantity,
+            "PricingQuantity": quantity,
+            "ChargeDescription": _share_description(line, name),
+            "AllocatedMethodId": ALLOCATION_METHOD,
+            "AllocatedMethodDetails": _method_details(
+                context.ratio(line["gpu__uuid"], line["day"], seconds), quantity, name
+            ),
+            **_allocated_to(line, name),
+        }
+    )
+    if name in (BUSY, HELD_IDLE):
+        row["x_BusyGpuHours"] = gpu_hours(line["sum_busy_seconds"]) if name == BUSY else 0
+        row["x_IdleGpuHours"] = quantity if name == HELD_IDLE else Decimal(0)
+        row["CapacityReservationId"] = f"reservation/{line['source_id']}"
+        row["CapacityReservationStatus"] = "Unused" if name == HELD_IDLE else "Used"
+    return row
+
+
+def _held_idle(line: dict) -> int:
+    seconds = line["sum_gpu_seconds"] or 0
+    return min(max(line["held_idle_seconds"] or 0, 0), seconds)
+
+
+def _method_details(ratio: Decimal, quantity: Decimal, share: str) -> str:
+    element = {"AllocatedRatio": float(ratio), "UsageUnit": "GPU-Hours"}
+    element["UsageQuantity"] = float(quantity)
+    return json.dumps({"Elements": [element], "x_Share": share})
+
+
+def _allocated_to(line: dict, share: str) -> dict:
+    if share == UNALLOCATED:
+        # The spec: no AllocatedResourceId for the unallocated portion of the origin charge.
+        return {"AllocatedTags": json.dumps({f"{TAG_PREFIX}share": UNALLOCATED})}
+    kind = "job" if share == JOB else "reservation"
+    resource_id = f"{kind}/{line['source_id']}" + ("/held-idle" if share == HELD_IDLE else "")
+    resource_name = f"{line['sub_account']} {kind} #{line['source_id']}"
+    if share == HELD_IDLE:
+        resource_name += " (held idle)"
+    tags = {f"{TAG_PREFIX}team": line["sub_account"], f"{TAG_PREFIX}share": share}
+    return {
+        "AllocatedResourceId": resource_id,
+        "AllocatedResourceName": resource_name,
+        "AllocatedTags": json.dumps(tags, sort_keys=True),
+    }
+
+
+def _charge_description(line: dict) -> str:
+    source, model = line["source"], line["gpu_model__name"]
+    if source == ChargeSource.RESERVATION:
+        return f"{model} GPU reservation #{line['source_id']}"
+    if source == ChargeSource.JOB:
+        return f"{model} GPU job #{line['source_id']}"
+    if source == ChargeSource.UNALLOCATED:
+        return f"{model} unallocated capacity"
+    return f"Adjustment #{line['source_id']}"
+
+
+def _share_description(line: dict, share: str) -> str:
+    text = _charge_description(line)
+    if share == BUSY:
+        return f"{text}, busy share"
+    if share == HELD_IDLE:
+        return f"{text}, held idle share"
+    return text

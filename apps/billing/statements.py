@@ -1,0 +1,195 @@
+"""Monthly statements: what one team is charged for one month, as finance sends it.
+
+A statement is built from the same detail lines as the exports (`exports.export_lines`), so its
+lines by GPU model and source, its idle and over-quota shares, its adjustments and its total
+equal the CSV, XLSX, JSON and FOCUS exports of the month to the cent. An open month's statement
+is a draft: its invoice id says so, and the page and the file say so at the top.
+"""
+
+import io
+import zipfile
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from decimal import Decimal
+
+from django.conf import settings
+
+from apps.billing.choices import ChargeSource
+from apps.billing.exports import DETAIL, ExportScope, export_lines, gpu_hours
+from apps.billing.invoices import invoice_id
+from apps.billing.models import Adjustment, BillingPeriod, Budget
+from apps.teams.models import Team
+
+
+@dataclass
+class StatementLine:
+    gpu_model: str
+    source: str
+    gpu_seconds: int = 0
+    held_idle_seconds: int = 0
+    over_quota_seconds: int = 0
+    cost: Decimal = Decimal(0)
+    held_idle_cost: Decimal = Decimal(0)
+    over_quota_cost: Decimal = Decimal(0)
+    energy_cost: Decimal = Decimal(0)
+
+    @property
+    def source_label(self) -> str:
+        return ChargeSource(self.source).label
+
+    @property
+    def gpu_hours(self) -> Decimal:
+        return gpu_hours(self.gpu_seconds)
+
+    @property
+    def held_idle_gpu_hours(self) -> Decimal:
+        return gpu_hours(self.held_idle_seconds)
+
+    @property
+    def over_quota_gpu_hours(self) -> Decimal:
+        return gpu_hours(self.over_quota_seconds)
+
+
+@dataclass
+class StatementAdjustment:
+    adjustment_id: int
+    amount: Decimal
+    reason: str = ""
+    corrects: str = ""
+
+
+@dataclass
+class Statement:
+    period: BillingPeriod
+    team: Team
+    lines: list[StatementLine] = field(default_factory=list)
+    adjustments: list[StatementAdjustment] = field(default_factory=list)
+    budget: Budget | None = None
+    currency: str = ""
+
+    @property
+    def draft(self) -> bool:
+        return not self.period.is_closed
+
+    @property
+    def invoice_id(self) -> str:
+        return invoice_id(self.period, self.team.slug)
+
+    @property
+    def usage_total(self) -> Decimal:
+        return sum((line.cost for line in self.lines), Decimal(0))
+
+    @property
+    def adjustments_total(self) -> Decimal:
+        return sum((a.amount for a in self.adjustments), Decimal(0))
+
+    @property
+    def total(self) -> Decimal:
+        return self.usage_total + self.adjustments_total
+
+    @property
+    def gpu_hours(self) -> Decimal:
+        return sum((line.gpu_hours for line in self.lines), Decimal(0))
+
+    @property
+    def held_idle_gpu_hours(self) -> Decimal:
+        return sum((line.held_idle_gpu_hours for line in self.lines), Decimal(0))
+
+    @property
+    def held_idle_cost(self) -> Decimal:
+        return sum((line.held_idle_cost for line in self.lines), Decimal(0))
+
+    @property
+    def over_quota_cost(self) -> Decimal:
+        return sum((line.over_quota_cost for line in self.lines), Decimal(0))
+
+    @property
+    def energy_cost(self) -> Decimal:
+        return sum((line.energy_cost for line in self.lines), Decimal(0))
+
+    @property
+    def budget_left(self) -> Decimal | None:
+        return None if self.budget is None else self.budget.amount - self.total
+
+    @property
+    def budget_used_percent(self) -> Decimal | None:
+        if self.budget is None or not self.budget.amount:
+            return None
+        return (self.total * 100 / self.budget.amount).quantize(Decimal("0.1"))
+
+
+def team_statement(period: BillingPeriod, team) -> Statement:
+    """The statement of one team for one month (empty when nothing was charged)."""
+    statements = _build(period, [team], team_id=team.pk)
+    return statements[0]
+
+
+def team_statements(period: BillingPeriod, teams: Iterable | None = None) -> list[Statement]:
+    """Statements of every team charged in the month (or of `teams`), in one pass over the
+    month's lines."""
+    if teams is None:
+        charged = period.entries.filter(team__isnull=False).values("team_id") if period.pk else []
+        teams = Team.objects.filter(pk__in=charged).order_by("slug")
+    return _build(period, list(teams), team_id=None)
+
+
+def _build(period: BillingPeriod, teams: list, *, team_id: int | None) -> list[Statement]:
+    currency = settings.BILLING_CURRENCY
+    by_team = {team.pk: Statement(period=period, team=team, currency=currency) for team in teams}
+    if period.pk is None:
+        return list(by_team.values())
+    groups: dict[tuple, StatementLine] = {}
+    adjustment_amounts: dict[tuple, Decimal] = {}
+    for line in export_lines(ExportScope(period, team_id, DETAIL)):
+        if line["team_id"] not in by_team:
+            continue
+        if line["source"] == ChargeSource.ADJUSTMENT:
+            key = (line["team_id"], line["source_id"])
+            adjustment_amounts[key] = adjustment_amounts.get(key, Decimal(0)) + line["cost"]
+            continue
+        key = (line["team_id"], line["gpu_model__name"] or "", line["source"])
+        group = groups.setdefault(key, StatementLine(gpu_model=key[1], source=key[2]))
+        group.gpu_seconds += line["sum_gpu_seconds"] or 0
+        group.held_idle_seconds += line["held_idle_seconds"] or 0
+        group.over_quota_seconds += line["over_quota_seconds"] or 0
+        group.cost += line["cost"]
+        group.held_idle_cost += line["held_idle_cost"]
+        group.over_quota_cost += line["over_quota_cost"]
+        group.energy_cost += line["energy_cost"]
+    for (owner, _, _), group in sorted(groups.items(), key=lambda item: item[0][1:]):
+        by_team[owner].lines.append(group)
+    _attach_adjustments(by_team, adjustment_amounts)
+    budgets = Budget.objects.filter(period_id=period.pk, team_id__in=list(by_team))
+    for budget in budgets:
+        by_team[budget.team_id].budget = budget
+    return list(by_team.values())
+
+
+def _attach_adjustments(by_team: dict, amounts: dict[tuple, Decimal]) -> None:
+    details = Adjustment.objects.filter(pk__in=[pk for _, pk in amounts]).select_related(
+        "corrects_period"
+    )
+    reasons = {a.pk: a for a in details}
+    for (owner, pk), amount in sorted(amounts.items(), key=lambda item: item[0][1]):
+        adjustment = reasons.get(pk)
+        by_team[owner].adjustments.append(
+            StatementAdjustment(
+                adjustment_id=pk,
+                amount=amount,
+                reason=adjustment.reason if adjustment else "",
+                corrects=str(adjustment.corrects_period or "") if adjustment else "",
+            )
+        )
+
+
+def statements_zip(
+    period: BillingPeriod, render: Callable[[Statement], str], teams: Iterable | None = None
+) -> bytes:
+    """Every team's statement of the month as one ZIP of printable HTML files."""
+    buffer = io.BytesIO()
+    suffix = "-draft" if not period.is_closed else ""
+    with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for statement in team_statements(period, teams):
+            name = f"statement-{period.month:%Y-%m}-{statement.team.slug}{suffix}.html"
+            archive.writestr(name, render(statement))
+    return buffer.getvalue()
