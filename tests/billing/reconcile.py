@@ -51,9 +51,7 @@ def format_totals(period) -> dict[str, dict[str, Decimal]]:
     team, cost = detail[0].index("team"), detail[0].index("cost")
     assert detail[-1][0] == exports.TOTAL_LABEL  # the totals row: formulas, not a line
     result["xlsx"] = _by_team((row[team], row[cost]) for row in detail[1:-1])
-    result["statement"] = {
-        s.team.slug: s.total for s in statements.team_statements(period)
-    }
+    result["statement"] = {s.team.slug: s.total for s in statements.team_statements(period)}
     return result
 
 
