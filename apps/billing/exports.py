@@ -388,7 +388,8 @@ def write_xlsx(scope: ExportScope, path: str) -> None:
     value_column = "gpu_hours" if showback else "cost"
     summary_columns = ["team"] + ([] if showback else ["invoice_id"]) + ["gpu_hours"]
     summary_columns += ([] if showback else ["cost"]) + ["check_from_detail"]
-    summary = _Sheet(workbook, "Summary", summary_columns, summary_columns[-2:])
+    summed = [name for name in summary_columns if name not in ("team", "invoice_id")]
+    summary = _Sheet(workbook, "Summary", summary_columns, summed)
     summary.formats["check_from_detail"] = summary.formats[value_column]
     columns = table_columns(SUMMARY, showback=showback)
     summed = [name for name in columns if name in QUANTITY_FORMATS or name in MONEY_COLUMNS]
