@@ -84,6 +84,7 @@ INSTALLED_APPS = [
     "apps.telemetry",
     "apps.jobs",
     "apps.billing",
+    "apps.efficiency",
     "apps.dashboards",
     "apps.sso",
 ]
@@ -482,6 +483,22 @@ CELERY_BEAT_SCHEDULE["billing-meter"] = {
     "task": "billing.meter",
     "schedule": crontab(minute=5),
     "options": {"expires": 3000},
+}
+
+# --- Efficiency and right-sizing (apps/efficiency) -------------------------------------------
+# A GPU of a job or booking "stayed idle" when busy under this share of the time it was held.
+EFFICIENCY_IDLE_GPU_BUSY_PERCENT = env.float("EFFICIENCY_IDLE_GPU_BUSY_PERCENT", default=5.0)
+# Advice flags an allocation whose idle GPUs held more than this share of its GPU-time...
+EFFICIENCY_IDLE_SHARE_PERCENT = env.float("EFFICIENCY_IDLE_SHARE_PERCENT", default=30.0)
+# ...and one whose GPUs never used more than this share of their memory.
+EFFICIENCY_MEMORY_SHARE_PERCENT = env.float("EFFICIENCY_MEMORY_SHARE_PERCENT", default=50.0)
+EFFICIENCY_WINDOW_DAYS = env.int("EFFICIENCY_WINDOW_DAYS", default=30)
+# Links in emails (the weekly digest) point here.
+PORTAL_BASE_URL = env.str("PORTAL_BASE_URL", default="http://localhost:8000")
+CELERY_BEAT_SCHEDULE["efficiency-weekly-digest"] = {
+    "task": "efficiency.weekly_digest",
+    "schedule": crontab(minute=0, hour=7, day_of_week="mon"),
+    "options": {"expires": 6 * 3600},
 }
 
 # --- Dashboards -----------------------------------------------------------------------------

@@ -38,6 +38,7 @@ urlpatterns = [
     path("jobs/", include("apps.jobs.urls")),
     path("billing/", include("apps.billing.urls")),
     path("dashboards/", include("apps.dashboards.urls")),
+    path("efficiency/", include("apps.efficiency.urls")),
     path("admin/", admin.site.urls),
     path("api/v1/availability/", AvailabilityView.as_view(), name="availability"),
     path(
@@ -50,6 +51,7 @@ urlpatterns = [
     path("api/v1/", include("apps.jobs.api_urls")),
     path("api/v1/", include("apps.billing.api_urls")),
     path("api/v1/", include("apps.dashboards.api_urls")),
+    path("api/v1/", include("apps.efficiency.api_urls")),
     path("api/v1/", include(router.urls)),
     path("api/v1/schema/", SpectacularAPIView.as_view(), name="schema"),
     # The split view serves Swagger UI's settings as a script file, not inline (CSP).

@@ -123,10 +123,42 @@ def price_gpu_hours(*, hours_by_model: dict, at) -> Decimal | None:
         card = rate_card_at(gpu_model_name=model, at=at)
         if card is None:
             return None
-        premium = card.over_quota_multiplier - 1
-        total += Decimal(str(hours)) * card.price_per_gpu_hour
-        total += Decimal(str(over)) * card.price_per_gpu_hour * premium
+        total += gpu_hours_cost(card, hours=hours, over_hours=over)
     return total.quantize(Decimal("0.01"))
+
+
+def gpu_hours_cost(card: RateCard, *, hours, over_hours=0) -> Decimal:
+    """List price of `hours` GPU-hours at a rate card, `over_hours` of them (part of `hours`)
+    above the team's guarantee and so at the over-quota multiplier. Exact (not rounded)."""
+    premium = card.over_quota_multiplier - 1
+    cost = Decimal(str(hours)) * card.price_per_gpu_hour
+    return cost + Decimal(str(over_hours)) * card.price_per_gpu_hour * premium
+
+
+class RateBook:
+    """The rate cards in force over [start, end), read in one query, to price many uses at
+    their own instants without a query each (pages and reports over many rows)."""
+
+    def __init__(self, *, start: datetime, end: datetime) -> None:
+        self._cards: dict[str, list[RateCard]] = {}
+        for card in rate_cards_in_force(start=start, end=end):
+            self._cards.setdefault(card.gpu_model.name, []).append(card)
+
+    def card_at(self, gpu_model_name: str, at: datetime) -> RateCard | None:
+        for card in self._cards.get(gpu_model_name, ()):
+            if card.effective_from <= at and (card.effective_to is None or at < card.effective_to):
+                return card
+        return None
+
+    def cost(self, gpu_model_name: str, *, hours, over_hours=0, at: datetime) -> Decimal | None:
+        """As `gpu_hours_cost` at the card in force at `at`; None when the model is unpriced."""
+        card = self.card_at(gpu_model_name, at)
+        if card is None:
+            return None
+        return gpu_hours_cost(card, hours=hours, over_hours=over_hours)
+
+    def models(self) -> list[str]:
+        return sorted(self._cards)
 
 
 def team_total_all(period: BillingPeriod) -> Decimal:
@@ -172,3 +204,15 @@ def booked_cost(*, team, period: BillingPeriod, now: datetime) -> Decimal:
             end=min(holding.end, period_end),
         )
     return total
+
+
+def cost_by_source(*, source: str, ids) -> dict[int, Decimal]:
+    """Everything the ledger charged so far to each job or reservation (by id), corrections
+    included (exact); ids never charged are absent."""
+    rows = (
+        LedgerEntry.objects.filter(source=source, source_id__in=list(ids))
+        .values("source_id")
+        .annotate(total=ExactSum("cost"))
+        .order_by()
+    )
+    return {row["source_id"]: row["total"] or Decimal(0) for row in rows}

@@ -52,9 +52,42 @@ class JobSerializer(serializers.Serializer):
     pending_message = serializers.CharField()
     estimated_start = serializers.DateTimeField(allow_null=True)
     allocations = serializers.SerializerMethodField()
+    efficiency = serializers.SerializerMethodField(
+        help_text="GPU-hours held and busy, average activity (SM activity where the GPUs report "
+        "it, else utilization: `activity_signal`), memory average and peak vs the GPU's, idle "
+        "GPUs of the allocation. Null before it ran."
+    )
+    cost = serializers.SerializerMethodField(
+        help_text="Charged so far by the ledger (complete hours); null for a job inside a "
+        "booking (the booking pays)."
+    )
+    currency = serializers.SerializerMethodField()
+    estimated_cost = serializers.SerializerMethodField(
+        help_text="A waiting job: GPUs x maximum runtime x rate, GPUs above the team's "
+        "guarantee at the over-quota price."
+    )
+    estimated_over_quota_gpus = serializers.SerializerMethodField()
 
     def get_allocations(self, job) -> list[dict]:
         return AllocationSerializer(selectors.current_allocations(job), many=True).data
+
+    def _figure(self, job, name):
+        return getattr(job, "figures", {}).get(name)
+
+    def get_efficiency(self, job) -> dict | None:
+        return self._figure(job, "efficiency")
+
+    def get_cost(self, job) -> str | None:
+        return self._figure(job, "cost")
+
+    def get_currency(self, job) -> str | None:
+        return self._figure(job, "currency")
+
+    def get_estimated_cost(self, job) -> str | None:
+        return self._figure(job, "estimated_cost")
+
+    def get_estimated_over_quota_gpus(self, job) -> int | None:
+        return self._figure(job, "estimated_over_quota_gpus")
 
 
 class JobInputSerializer(serializers.Serializer):
@@ -116,8 +149,16 @@ class JobViewSet(
     def get_queryset(self):
         return selectors.job_list(user=self.request.user).order_by("-submitted_at", "-id")
 
+    def paginate_queryset(self, queryset):
+        page = super().paginate_queryset(queryset)
+        return None if page is None else selectors.with_figures(page)
+
+    def get_object(self):
+        return selectors.with_figures([super().get_object()])[0]
+
     def _reply(self, job, code=status.HTTP_200_OK):
-        return Response(JobSerializer(self.get_queryset().get(pk=job.pk)).data, status=code)
+        job = selectors.with_figures([self.get_queryset().get(pk=job.pk)])[0]
+        return Response(JobSerializer(job).data, status=code)
 
     @extend_schema(
         summary="Submit a job", request=JobInputSerializer, responses={201: JobSerializer}

@@ -8,6 +8,7 @@ from django.db.models import Prefetch, QuerySet
 from apps.fleet.models import GpuModel
 from apps.jobs.choices import ACTIVE_STATUSES, JobStatus
 from apps.jobs.models import Job, JobAllocation
+from portal import hooks
 
 
 def job_list(*, user) -> QuerySet[Job]:
@@ -57,3 +58,17 @@ def job_busy_intervals(
             continue
         result.append((gpu_id, math.floor(alloc_start.timestamp()), math.ceil(until.timestamp())))
     return result
+
+
+def with_figures(jobs) -> list[Job]:
+    """The jobs, each with `figures`: what higher apps add through the `jobs.figures` hook
+    (efficiency, cost so far, estimated cost of a waiting job), {} when nothing answers.
+    Subscribers answer for the whole list at once, so a page costs a fixed number of queries."""
+    jobs = list(jobs)
+    figures: dict[int, dict] = {}
+    for answer in hooks.emit("jobs.figures", jobs=jobs):
+        for pk, extra in (answer or {}).items():
+            figures.setdefault(pk, {}).update(extra)
+    for job in jobs:
+        job.figures = figures.get(job.pk, {})
+    return jobs

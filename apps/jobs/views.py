@@ -27,6 +27,7 @@ def job_list_view(request):
         if data.get("mine"):
             jobs = jobs.filter(submitted_by=request.user)
     page = Paginator(jobs, 25).get_page(request.GET.get("page"))
+    page.object_list = selectors.with_figures(page.object_list)
     query = request.GET.copy()
     query.pop("page", None)
     return render(
@@ -53,6 +54,7 @@ def job_submit_view(request):
 @login_required
 def job_detail_view(request, pk: int):
     job = get_object_or_404(selectors.job_list(user=request.user), pk=pk)
+    selectors.with_figures([job])
     return render(
         request,
         "jobs/job_detail.html",

@@ -76,6 +76,23 @@ class ReservationSerializer(serializers.Serializer):
     released_gpu_hours = serializers.DecimalField(max_digits=12, decimal_places=4)
     created_at = serializers.DateTimeField()
 
+    efficiency = serializers.SerializerMethodField(
+        help_text="GPU-hours held and busy, average activity (SM activity where the GPUs report "
+        "it, else utilization: `activity_signal`), memory average and peak vs the GPU's, idle "
+        "GPUs. Null before it starts."
+    )
+    cost = serializers.SerializerMethodField(help_text="Charged so far by the ledger.")
+    currency = serializers.SerializerMethodField()
+
+    def get_efficiency(self, reservation) -> dict | None:
+        return getattr(reservation, "figures", {}).get("efficiency")
+
+    def get_cost(self, reservation) -> str | None:
+        return getattr(reservation, "figures", {}).get("cost")
+
+    def get_currency(self, reservation) -> str | None:
+        return getattr(reservation, "figures", {}).get("currency")
+
     def get_gpus(self, reservation) -> list[dict]:
         return HoldingSerializer(
             [h for h in reservation.holdings.all() if h.active], many=True
@@ -141,10 +158,16 @@ class ReservationViewSet(
             .order_by("-start", "-id")
         )
 
+    def paginate_queryset(self, queryset):
+        page = super().paginate_queryset(queryset)
+        return None if page is None else selectors.with_figures(page)
+
+    def get_object(self):
+        return selectors.with_figures([super().get_object()])[0]
+
     def _reply(self, reservation, code=status.HTTP_200_OK):
-        return Response(
-            ReservationSerializer(self.get_queryset().get(pk=reservation.pk)).data, status=code
-        )
+        reservation = selectors.with_figures([self.get_queryset().get(pk=reservation.pk)])[0]
+        return Response(ReservationSerializer(reservation).data, status=code)
 
     @extend_schema(
         summary="Book GPUs",

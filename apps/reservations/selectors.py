@@ -387,3 +387,17 @@ def open_reservations_on_gpus(*, gpu_ids, now: datetime) -> QuerySet[Reservation
         end__gt=now,
         reservation__status__in=OPEN_STATUSES,
     ).select_related("reservation", "reservation__team", "gpu")
+
+
+def with_figures(reservations) -> list[Reservation]:
+    """The bookings, each with `figures`: what higher apps add through the
+    `reservations.figures` hook (efficiency, cost so far), {} when nothing answers; one answer
+    per subscriber for the whole list."""
+    reservations = list(reservations)
+    figures: dict[int, dict] = {}
+    for answer in hooks.emit("reservations.figures", reservations=reservations):
+        for pk, extra in (answer or {}).items():
+            figures.setdefault(pk, {}).update(extra)
+    for reservation in reservations:
+        reservation.figures = figures.get(reservation.pk, {})
+    return reservations

@@ -40,6 +40,7 @@ def reservation_list_view(request):
         .order_by("start" if when != "past" else "-start", "id")
     )
     page = Paginator(reservations, 25).get_page(request.GET.get("page"))
+    page.object_list = selectors.with_figures(page.object_list)
     return render(
         request,
         "reservations/reservation_list.html",

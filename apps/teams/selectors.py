@@ -4,6 +4,7 @@ from django.db.models import Count, QuerySet
 from django.utils import timezone
 
 from apps.fleet.models import Gpu, GpuModel
+from apps.teams.choices import TeamRole
 from apps.teams.models import Membership, Quota, Team
 from portal import hooks
 
@@ -68,3 +69,18 @@ def guarantee_pressure() -> list[dict]:
             }
         )
     return result
+
+
+def member_figures(*, team: Team, viewer) -> dict[int, dict]:
+    """Per user id: what higher apps report about the member's use of GPUs (the
+    `teams.member_figures` hook: efficiency over the last weeks). Team admins, finance and
+    platform admins see every member's; a member sees their own."""
+    figures: dict[int, dict] = {}
+    for answer in hooks.emit("teams.member_figures", team=team):
+        figures.update(answer or {})
+    if (
+        viewer.sees_all_teams
+        or Membership.objects.filter(team=team, user=viewer, role=TeamRole.TEAM_ADMIN).exists()
+    ):
+        return figures
+    return {viewer.pk: figures[viewer.pk]} if viewer.pk in figures else {}

@@ -48,12 +48,22 @@ def team_detail_view(request, slug: str):
         {
             "team": team,
             "members": selectors.team_members(team=team),
+            "member_figures": _member_figure_rows(team, request.user),
             "can_manage": can_manage,
             "form": form,
             "roles": TeamRole.choices,
             "quota_rows": selectors.quota_table(teams=[team]),
         },
     )
+
+
+def _member_figure_rows(team: Team, viewer) -> list[tuple[str, dict]]:
+    """(username, figures) of the members whose GPU use the viewer may see, by username."""
+    figures = selectors.member_figures(team=team, viewer=viewer)
+    names = dict(
+        team.memberships.filter(user_id__in=figures).values_list("user_id", "user__username")
+    )
+    return sorted((names.get(pk, "(former member)"), f) for pk, f in figures.items())
 
 
 @login_required

@@ -1,0 +1,259 @@
+"""Reads of the efficiency app: efficiency and cost of jobs and bookings, per member of a team.
+
+Jobs and bookings sit below telemetry and billing, so they get these figures through hooks
+(`jobs.figures`, `reservations.figures`, `teams.member_figures`, subscribed in apps.py): each
+answers a whole page of rows with a fixed number of queries.
+"""
+
+from collections import defaultdict
+from datetime import datetime, timedelta
+from decimal import Decimal
+
+from django.conf import settings
+from django.db.models import Count, Q
+from django.utils import timezone
+
+from apps.billing.choices import ChargeSource
+from apps.billing.selectors import RateBook, cost_by_source
+from apps.efficiency.usage import Efficiency, Holding, clip, gpu_models, summarize, usage_of
+from apps.fleet.models import GpuModel
+from apps.jobs.choices import WAITING_STATUSES
+from apps.jobs.models import Job, JobAllocation
+from apps.reservations.choices import ReservationStatus
+from apps.reservations.models import Reservation, ReservationGpu
+from apps.teams.models import Quota
+
+CENT = Decimal("0.01")
+
+
+def _money(value: Decimal | None) -> str | None:
+    return None if value is None else str(value.quantize(CENT))
+
+
+def job_holdings(jobs, *, now: datetime) -> list[Holding]:
+    """Every GPU each job held, over all attempts (from prefetched allocations when there)."""
+    return [
+        Holding(job.pk, a.gpu_id, a.start, a.end or now)
+        for job in jobs
+        for a in job.allocations.all()
+    ]
+
+
+def booking_holdings(reservations) -> list[Holding]:
+    """Every GPU each booking held (active holdings: cancelled future ones never were held)."""
+    rows = ReservationGpu.objects.filter(
+        reservation__in=[r.pk for r in reservations], active=True
+    ).values_list("reservation_id", "gpu_id", "start", "end")
+    return [Holding(*row) for row in rows]
+
+
+def efficiency_by_key(
+    holdings: list[Holding], *, relation: str, key: str, extra: Q | None = None, start=None, end: datetime
+) -> dict[int, Efficiency]:
+    """Efficiency of each allocation (by key) over its holdings cut to [start, end)."""
+    holdings = clip(holdings, start=start, end=end)
+    usage = usage_of(holdings, relation=relation, key=key, extra=extra, start=start, end=end)
+    models = gpu_models({h.gpu_id for h in holdings})
+    result = {}
+    for pk, per_gpu in usage.items():
+        known = sorted(models[g.gpu_id] for g in per_gpu if g.gpu_id in models)
+        eff = summarize(per_gpu, memory_total_mib=min(m for _, m in known) if known else None)
+        eff.gpu_model = known[0][0] if known else None
+        result[pk] = eff
+    return result
+
+
+def jobs_efficiency(jobs, *, start=None, end: datetime) -> dict[int, Efficiency]:
+    return efficiency_by_key(
+        job_holdings(jobs, now=end),
+        relation="job_allocations",
+        key="job_id",
+        start=start,
+        end=end,
+    )
+
+
+def bookings_efficiency(reservations, *, start=None, end: datetime) -> dict[int, Efficiency]:
+    return efficiency_by_key(
+        booking_holdings(reservations),
+        relation="holdings",
+        key="reservation_id",
+        extra=Q(gpu__holdings__active=True),
+        start=start,
+        end=end,
+    )
+
+
+def _in_use_now(team_ids, *, now: datetime) -> dict[tuple[int, int], int]:
+    """GPUs each team holds now per model: running jobs outside bookings and active bookings."""
+    used: dict[tuple[int, int], int] = defaultdict(int)
+    jobs = (
+        JobAllocation.objects.filter(
+            end__isnull=True, job__team_id__in=team_ids, job__reservation__isnull=True
+        )
+        .values_list("job__team_id", "gpu__model_id")
+        .annotate(n=Count("id"))
+    )
+    bookings = (
+        ReservationGpu.objects.filter(
+            active=True,
+            start__lte=now,
+            end__gt=now,
+            reservation__team_id__in=team_ids,
+            reservation__status=ReservationStatus.ACTIVE,
+        )
+        .values_list("reservation__team_id", "gpu__model_id")
+        .annotate(n=Count("id"))
+    )
+    for team_id, model_id, n in [*jobs, *bookings]:
+        used[(team_id, model_id)] += n
+    return used
+
+
+def _guarantees(team_ids) -> dict[tuple[int, int | None], int]:
+    return {
+        (team_id, model_id): guaranteed
+        for team_id, model_id, guaranteed in Quota.objects.filter(team_id__in=team_ids).values_list(
+            "team_id", "gpu_model_id", "guaranteed"
+        )
+    }
+
+
+def estimated_costs(jobs, *, now: datetime) -> dict[int, dict]:
+    """For waiting jobs outside bookings: GPUs x maximum runtime x the model's rate, the GPUs
+    above the team's guarantee (counting what it holds now) at the over-quota price. A job for
+    any model is priced at the dearest model it could land on ("up to")."""
+    waiting = [j for j in jobs if j.status in WAITING_STATUSES and not j.reservation_id]
+    if not waiting:
+        return {}
+    team_ids = {j.team_id for j in waiting}
+    used = _in_use_now(team_ids, now=now)
+    guaranteed = _guarantees(team_ids)
+    prices = RateBook(start=now, end=now + timedelta(seconds=1))
+    models = list(GpuModel.objects.values_list("pk", "name"))
+    result = {}
+    for job in waiting:
+        candidates = [(job.gpu_model_id, job.gpu_model.name)] if job.gpu_model_id else models
+        best = None
+        for model_id, name in candidates:
+            guarantee = guaranteed.get((job.team_id, model_id), guaranteed.get((job.team_id, None)))
+            held = used.get((job.team_id, model_id), 0)
+            over_gpus = min(job.gpu_count, max(0, held + job.gpu_count - (guarantee or 0)))
+            hours = job.gpu_count * job.max_runtime_seconds / 3600
+            over_hours = over_gpus * job.max_runtime_seconds / 3600
+            cost = prices.cost(name, hours=hours, over_hours=over_hours, at=now)
+            if cost is not None and (best is None or cost > best[0]):
+                best = (cost, over_gpus, name)
+        if best is not None:
+            result[job.pk] = {
+                "estimated_cost": _money(best[0]),
+                "estimated_over_quota_gpus": best[1],
+                "estimated_gpu_model": best[2],
+                "estimated_cost_is_upper_bound": job.gpu_model_id is None,
+            }
+    return result
+
+
+def job_figures(*, jobs, now: datetime | None = None, **_) -> dict[int, dict]:
+    """Hook `jobs.figures`: efficiency, cost so far (the ledger's charges of the job) and, for
+    a waiting job, the estimated cost, per job id."""
+    now = now or timezone.now()
+    jobs = list(jobs)
+    efficiency = jobs_efficiency([j for j in jobs if not j.is_waiting], end=now)
+    costs = cost_by_source(source=ChargeSource.JOB, ids=[j.pk for j in jobs])
+    estimates = estimated_costs(jobs, now=now)
+    figures = {}
+    for job in jobs:
+        eff = efficiency.get(job.pk)
+        figures[job.pk] = {
+            "efficiency": eff.as_dict() if eff else None,
+            # A job inside a booking is paid by the booking's charge.
+            "cost": None if job.reservation_id else _money(costs.get(job.pk, Decimal(0))),
+            "currency": settings.BILLING_CURRENCY,
+            **estimates.get(job.pk, {}),
+        }
+    return figures
+
+
+def reservation_figures(*, reservations, now: datetime | None = None, **_) -> dict[int, dict]:
+    """Hook `reservations.figures`: efficiency and cost so far of each booking."""
+    now = now or timezone.now()
+    started = [r for r in reservations if r.start <= now]
+    efficiency = bookings_efficiency(started, end=now)
+    costs = cost_by_source(source=ChargeSource.RESERVATION, ids=[r.pk for r in reservations])
+    return {
+        r.pk: {
+            "efficiency": efficiency[r.pk].as_dict() if r.pk in efficiency else None,
+            "cost": _money(costs.get(r.pk, Decimal(0))),
+            "currency": settings.BILLING_CURRENCY,
+        }
+        for r in reservations
+    }
+
+
+def window_bounds(days: int | None = None, *, now: datetime | None = None):
+    now = now or timezone.now()
+    return now - timedelta(days=days or settings.EFFICIENCY_WINDOW_DAYS), now
+
+
+def jobs_in_window(*, start: datetime, end: datetime):
+    """Jobs that held GPUs at some point of [start, end)."""
+    return Job.objects.filter(
+        Q(allocations__end__isnull=True) | Q(allocations__end__gt=start),
+        allocations__start__lt=end,
+    ).distinct()
+
+
+def bookings_in_window(*, start: datetime, end: datetime):
+    """Bookings that held GPUs at some point of [start, end)."""
+    return Reservation.objects.filter(
+        holdings__active=True, holdings__start__lt=min(end, timezone.now()), holdings__end__gt=start
+    ).distinct()
+
+
+def member_figures(*, team, start: datetime | None = None, end: datetime | None = None, **_):
+    """Hook `teams.member_figures`: per user of the team, over the window (default the last
+    EFFICIENCY_WINDOW_DAYS), GPU-hours held and busy by their jobs and bookings together, and
+    their average activity. Keyed by user id."""
+    if start is None or end is None:
+        start, end = window_bounds()
+    jobs = list(
+        jobs_in_window(start=start, end=end)
+        .filter(team=team)
+        .only("pk", "submitted_by_id")
+        .prefetch_related("allocations")
+    )
+    bookings = list(
+        bookings_in_window(start=start, end=end).filter(team=team).only("pk", "created_by_id")
+    )
+    job_user = {j.pk: j.submitted_by_id for j in jobs}
+    booking_user = {b.pk: b.created_by_id for b in bookings}
+    per_user: dict[int, list[Efficiency]] = defaultdict(list)
+    for pk, eff in jobs_efficiency(jobs, start=start, end=end).items():
+        per_user[job_user[pk]].append(eff)
+    for pk, eff in bookings_efficiency(bookings, start=start, end=end).items():
+        per_user[booking_user[pk]].append(eff)
+    return {user_id: _combine(effs) for user_id, effs in per_user.items()}
+
+
+def _combine(effs: list[Efficiency]) -> dict:
+    held = sum(e.gpu_hours for e in effs)
+    busy = sum(e.busy_gpu_hours for e in effs)
+    weighted = [
+        (e.activity_percent, e.telemetry_minutes, e.activity_signal)
+        for e in effs
+        if e.activity_percent is not None
+    ]
+    minutes = sum(m for _, m, _ in weighted)
+    signals = {s for _, _, s in weighted}
+    return {
+        "allocations": len(effs),
+        "gpu_hours": round(held, 2),
+        "busy_gpu_hours": round(busy, 2),
+        "busy_percent": round(100 * busy / held, 1) if held else None,
+        "activity_percent": round(sum(a * m for a, m, _ in weighted) / minutes, 1)
+        if minutes
+        else None,
+        "activity_signal": signals.pop() if len(signals) == 1 else ("mixed" if signals else None),
+        "idle_gpu_hours": round(sum(e.idle_gpu_hours for e in effs), 2),
+    }
