@@ -338,11 +338,10 @@ def right_sizing(*, user, filters: Filters) -> list[Item]:
     idle_hours = _booking_idle_hours(released, start=filters.start, end=filters.end)
     flagged = []
     for item in items:
-        findings = [
-            _release_finding(item, book, idle_hours),
-            _idle_gpus_finding(item, book),
-            _memory_finding(item, book, models),
-        ]
+        released = _release_finding(item, book, idle_hours)
+        # A released booking's idle GPUs are what its release finding already prices.
+        findings = [released] if released else [_idle_gpus_finding(item, book)]
+        findings.append(_memory_finding(item, book, models))
         item.findings = [f for f in findings if f is not None]
         if filters.finding:
             item.findings = [f for f in item.findings if f.kind == filters.finding]

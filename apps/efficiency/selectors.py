@@ -48,7 +48,13 @@ def booking_holdings(reservations) -> list[Holding]:
 
 
 def efficiency_by_key(
-    holdings: list[Holding], *, relation: str, key: str, extra: Q | None = None, start=None, end: datetime
+    holdings: list[Holding],
+    *,
+    relation: str,
+    key: str,
+    extra: Q | None = None,
+    start=None,
+    end: datetime,
 ) -> dict[int, Efficiency]:
     """Efficiency of each allocation (by key) over its holdings cut to [start, end)."""
     holdings = clip(holdings, start=start, end=end)

@@ -204,7 +204,7 @@ def _rollup_rows(relation: str, key: str, keys, extra: Q, *, start, end):
             bucket__gte=held_start,
             bucket__lt=held_end,
         )
-        .values(key=F(f"gpu__{relation}__{key}"), gpu=F("gpu_id"))
+        .values("gpu_id", key=F(f"gpu__{relation}__{key}"))
         .annotate(**_rollup_aggregates())
         .order_by()
     )
@@ -222,7 +222,7 @@ def usage_of(
         return {}
     keys = sorted(per_key)
     for row in _rollup_rows(relation, key, keys, extra, start=start, end=end):
-        usage = per_key[row["key"]].setdefault(row["gpu"], GpuUsage(gpu_id=row["gpu"]))
+        usage = per_key[row["key"]].setdefault(row["gpu_id"], GpuUsage(gpu_id=row["gpu_id"]))
         usage.minutes = row["minutes"]
         usage.busy_seconds = row["busy"] or 0.0
         usage.util_avg, usage.util_minutes = row["util"], row["util_minutes"]
