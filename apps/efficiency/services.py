@@ -1,6 +1,6 @@
 """Writes of the efficiency app: the weekly digest's opt-out, and sending the digest."""
 
-from datetime import datetime, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
 
 from django.conf import settings
@@ -47,10 +47,9 @@ def digest_enabled(team: Team) -> bool:
     return setting is None or setting.weekly_digest
 
 
-def _week_start(now: datetime) -> datetime:
-    """Monday 00:00 UTC of the week before `now`'s: the week the digest covers."""
-    monday = (now - timedelta(days=now.weekday())).replace(hour=0, minute=0, second=0)
-    return monday.replace(microsecond=0) - timedelta(days=7)
+def week_start(day: date) -> datetime:
+    """Monday 00:00 UTC of the week of `day`."""
+    return datetime.combine(day - timedelta(days=day.weekday()), time(), UTC)
 
 
 def _digest_body(team: Team, items, *, start: datetime, end: datetime) -> str:
@@ -82,13 +81,14 @@ def _digest_body(team: Team, items, *, start: datetime, end: datetime) -> str:
     return "\n".join(lines) + "\n"
 
 
-def weekly_digest_send(*, now: datetime | None = None) -> dict[str, int]:
-    """Email each active team's admins the right-sizing advice of last week (Monday to Monday,
-    UTC), through the outbox; teams that opted out, have no admins or nothing to report get
-    nothing. Once per team and week: a second run finds the week recorded and skips it."""
-    now = now or timezone.now()
-    start = _week_start(now)
-    end = start + timedelta(days=7)
+def weekly_digest_send(*, week_of: date | None = None) -> dict[str, int]:
+    """Email each active team's admins the right-sizing advice of a week (Monday to Monday,
+    UTC; default: last week), through the outbox; teams that opted out, have no admins or
+    nothing to report get nothing. Once per team and week: a second run finds the week
+    recorded and skips it."""
+    now = timezone.now()
+    start = week_start(week_of or (now - timedelta(days=7)).date())
+    end = min(start + timedelta(days=7), now)
     result = {"sent": 0, "skipped": 0}
     opted_out = set(
         DigestSetting.objects.filter(weekly_digest=False).values_list("team_id", flat=True)

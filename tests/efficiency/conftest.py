@@ -27,7 +27,13 @@ from apps.jobs.models import JobAllocation
 from apps.reservations.choices import ReservationStatus
 from apps.telemetry.choices import IdleKind
 from apps.telemetry.models import GpuMinuteRollup, IdleInterval
-from tests.factories import JobFactory, MembershipFactory, RateCardFactory, UserFactory, make_booking
+from tests.factories import (
+    JobFactory,
+    MembershipFactory,
+    RateCardFactory,
+    UserFactory,
+    make_booking,
+)
 
 HOUR = timedelta(hours=1)
 

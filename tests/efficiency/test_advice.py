@@ -56,7 +56,12 @@ def test_each_finding_has_the_hand_computed_suggestion_and_saving(scenario, team
     assert f"job-{s.d.pk}" not in items
     assert f"job-{s.e.pk}" not in items
     # Largest saving first.
-    assert list(items) == [f"job-{s.a.pk}", f"booking-{s.c.pk}", f"booking-{s.f.pk}", f"job-{s.b.pk}"]
+    assert list(items) == [
+        f"job-{s.a.pk}",
+        f"booking-{s.c.pk}",
+        f"booking-{s.f.pk}",
+        f"job-{s.b.pk}",
+    ]
 
 
 def test_totals_per_team_and_user_add_up_by_hand(scenario):

@@ -1,0 +1,171 @@
+"""Efficiency and cost on the job and booking APIs and pages, and per member on the team page:
+figures of the hand-made scenario (conftest.py), the ledger's real charges, and the estimated
+cost of a waiting job; a page of rows costs the same queries as one row."""
+
+from datetime import timedelta
+from decimal import Decimal
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from apps.billing.metering import meter_interval
+from apps.jobs.choices import JobStatus
+from tests.conftest import client_for
+from tests.efficiency.conftest import make_job
+from tests.factories import JobFactory, RateCardFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def test_job_api_has_efficiency_and_the_ledger_cost(scenario, member):
+    meter_interval(start=scenario.t0, end=scenario.t0 + timedelta(hours=6))
+    body = client_for(member).get(f"/api/v1/jobs/{scenario.a.pk}/").json()
+    eff = body["efficiency"]
+    # 4 GPUs x 2 h; GPU 0 busy all along: 2 busy GPU-h; 3 GPUs idle.
+    assert eff["gpu_hours"] == 8.0 and eff["busy_gpu_hours"] == 2.0
+    assert eff["idle_gpus"] == 3 and eff["gpus"] == 4
+    assert eff["activity_percent"] == 22.5 and eff["activity_signal"] == "utilization"
+    assert eff["memory_peak_mib"] == 70000 and eff["memory_total_mib"] == 81559
+    # Metered: 8 GPU-h x 2.50 = 20.00 (a job outside a booking pays its own GPUs).
+    assert body["cost"] == "20.00" and body["currency"] == "USD"
+    assert body["estimated_cost"] is None
+
+
+def test_booking_api_has_efficiency_and_cost(scenario, team_admin):
+    meter_interval(start=scenario.t0, end=scenario.t0 + timedelta(hours=6))
+    rows = client_for(team_admin).get("/api/v1/reservations/").json()["results"]
+    c = next(r for r in rows if r["id"] == scenario.c.pk)
+    # Held 2 GPUs for the hour before its release: 2 GPU-h x 2.50.
+    assert c["cost"] == "5.00"
+    assert c["efficiency"]["gpu_hours"] == 2.0 and c["efficiency"]["busy_gpu_hours"] == 0.0
+    assert c["efficiency"]["idle_gpus"] == 2
+    detail = client_for(team_admin).get(f"/api/v1/reservations/{scenario.f.pk}/").json()
+    # 3 h on one L40S, the first busy: 1 of 3 GPU-h busy; (70 x 60 + 0 x 120) / 180 = 23.3 %.
+    assert detail["efficiency"]["busy_gpu_hours"] == 1.0
+    assert detail["efficiency"]["activity_percent"] == 23.3
+
+
+def test_other_teams_jobs_and_bookings_stay_404(scenario, member):
+    client = client_for(member)
+    assert client.get(f"/api/v1/jobs/{scenario.e.pk}/").status_code == 404
+    assert scenario.e.pk not in {j["id"] for j in client.get("/api/v1/jobs/").json()["results"]}
+
+
+def test_job_pages_show_efficiency_and_cost(scenario, member, client):
+    meter_interval(start=scenario.t0, end=scenario.t0 + timedelta(hours=6))
+    client.force_login(member)
+    page = client.get(f"/jobs/{scenario.a.pk}/").content.decode()
+    assert 'data-testid="job-efficiency"' in page
+    assert "20.00 USD" in page and "3 of 4" in page and "utilization" in page
+    listing = client.get("/jobs/").content.decode()
+    assert "3 of 4 GPUs idle" in listing and "20.00 USD" in listing
+
+
+def test_booking_list_shows_efficiency_and_cost(scenario, team_admin, client):
+    meter_interval(start=scenario.t0, end=scenario.t0 + timedelta(hours=6))
+    client.force_login(team_admin)
+    page = client.get("/reservations/?when=past").content.decode()
+    assert "5.00 USD" in page and "2 of 2 GPUs idle" in page
+
+
+def _queued(team, user, h100, n):
+    return [JobFactory(team=team, submitted_by=user, gpu_model=h100, gpu_count=2) for _ in range(n)]
+
+
+def test_waiting_job_estimate_prices_gpus_over_the_guarantee_at_the_over_quota_rate(
+    team, member, h100, quotas, client
+):
+    RateCardFactory(
+        gpu_model=h100, price_per_gpu_hour=Decimal("2.50"), over_quota_multiplier=Decimal("1.5")
+    )
+    # vision holds 3 H100 now (a running job) of a guarantee of 4.
+    from apps.fleet.models import Gpu
+
+    running = make_job(team, member, list(Gpu.objects.filter(model=h100)[:3]), timezone.now(), 1)
+    running.allocations.update(end=None)
+    running.status = JobStatus.RUNNING
+    running.save()
+    job = JobFactory(
+        team=team, submitted_by=member, gpu_model=h100, gpu_count=6, max_runtime_seconds=7200
+    )
+    body = client_for(member).get(f"/api/v1/jobs/{job.pk}/").json()
+    # 6 GPUs x 2 h = 12 GPU-h x 2.50 = 30.00; 3 + 6 - 4 = 5 GPUs over the guarantee:
+    # 5 x 2 h x 2.50 x (1.5 - 1) = 12.50 more. Total 42.50.
+    assert body["estimated_cost"] == "42.50"
+    assert body["estimated_over_quota_gpus"] == 5
+    client.force_login(member)
+    page = client.get(f"/jobs/{job.pk}/").content.decode()
+    assert 'data-testid="estimated-cost"' in page and "42.50 USD" in page
+    assert "5 of them over the team" in page
+
+
+def test_job_inside_a_booking_has_no_cost_of_its_own(scenario, member):
+    scenario.a.reservation = scenario.c
+    scenario.a.save()
+    body = client_for(member).get(f"/api/v1/jobs/{scenario.a.pk}/").json()
+    assert body["cost"] is None and body["efficiency"]["gpus"] == 4
+
+
+def _count(client, url) -> int:
+    with CaptureQueriesContext(connection) as queries:
+        assert client.get(url).status_code == 200
+    return len(queries)
+
+
+@pytest.mark.parametrize("url", ["/api/v1/jobs/", "/jobs/"])
+def test_a_page_of_jobs_costs_the_same_queries_as_one(
+    scenario, team, member, h100, quotas, client, url, django_assert_max_num_queries
+):
+    client.force_login(member)
+    _queued(team, member, h100, 1)
+    few = _count(client, url)
+    _queued(team, member, h100, 20)
+    for _ in range(10):
+        make_job(team, member, [scenario.a.allocations.first().gpu], scenario.t0, 1)
+    assert _count(client, url) == few
+    with django_assert_max_num_queries(25):
+        client.get(url)
+
+
+@pytest.mark.parametrize("url", ["/api/v1/reservations/", "/reservations/?when=past"])
+def test_a_page_of_bookings_costs_the_same_queries_as_one(
+    scenario, team, team_admin, client, url, django_assert_max_num_queries
+):
+    from tests.factories import make_booking
+
+    client.force_login(team_admin)
+    few = _count(client, url)
+    gpu = scenario.c.holdings.first().gpu
+    for day in range(10):
+        start = scenario.t0 - timedelta(days=day + 1)
+        make_booking(team, team_admin, [gpu], start, start + timedelta(hours=1), status="completed")
+    assert _count(client, url) == few
+    with django_assert_max_num_queries(25):
+        client.get(url)
+
+
+def test_team_page_shows_each_members_efficiency_to_admins_and_own_to_members(
+    scenario, team, team_admin, member, client
+):
+    client.force_login(team_admin)
+    page = client.get(f"/teams/{team.slug}/").content.decode()
+    assert 'data-member-efficiency="alice"' in page and 'data-member-efficiency="bob"' in page
+    client.force_login(member)
+    page = client.get(f"/teams/{team.slug}/").content.decode()
+    assert 'data-member-efficiency="alice"' in page
+    assert 'data-member-efficiency="bob"' not in page
+
+
+def test_member_figures_add_up_jobs_and_bookings(scenario, team):
+    from apps.efficiency.selectors import member_figures
+
+    figures = member_figures(team=team)
+    alice, bob = figures[scenario.a.submitted_by_id], figures[scenario.bob.pk]
+    # alice: A 8 + B 1 + D 2 = 11 GPU-h held; busy 2 + 1 + 2 = 5.
+    assert alice["gpu_hours"] == 11.0 and alice["busy_gpu_hours"] == 5.0
+    assert alice["allocations"] == 3 and alice["idle_gpu_hours"] == 6.0
+    # bob: C 2 + F 3 = 5 held, 1 busy; idle GPUs: C's two (2 GPU-h); F's GPU was busy 1/3.
+    assert bob["gpu_hours"] == 5.0 and bob["busy_gpu_hours"] == 1.0
+    assert bob["idle_gpu_hours"] == 2.0
