@@ -25,15 +25,11 @@ from django.db.models import Avg, Count, F, Max, Q, Sum, Value
 from django.db.models.functions import Coalesce, Greatest, Least
 
 from apps.fleet.models import Gpu
+from apps.telemetry.choices import ActivitySignal
 from apps.telemetry.models import GpuMinuteRollup
 
-SM_ACTIVITY = "sm_active"
-UTILIZATION = "utilization"
-
-
-def _has_sm_activity() -> bool:
-    """Rollups carry GPM's SM activity once telemetry stores it."""
-    return any(f.name == "sm_active_avg" for f in GpuMinuteRollup._meta.get_fields())
+SM_ACTIVITY = ActivitySignal.SM_ACTIVE
+UTILIZATION = ActivitySignal.UTIL
 
 
 @dataclass(slots=True)
@@ -183,9 +179,9 @@ def _rollup_aggregates() -> dict:
         "mem": Avg("mem_used_avg_mib"),
         "mem_minutes": Count("mem_used_avg_mib"),
         "mem_peak": Max("mem_used_max_mib"),
+        "sm": Avg("sm_active_avg"),
+        "sm_minutes": Count("sm_active_avg"),
     }
-    if _has_sm_activity():
-        aggregates.update(sm=Avg("sm_active_avg"), sm_minutes=Count("sm_active_avg"))
     return aggregates
 
 
@@ -226,7 +222,7 @@ def usage_of(
         usage.minutes = row["minutes"]
         usage.busy_seconds = row["busy"] or 0.0
         usage.util_avg, usage.util_minutes = row["util"], row["util_minutes"]
-        usage.sm_avg, usage.sm_minutes = row.get("sm"), row.get("sm_minutes", 0)
+        usage.sm_avg, usage.sm_minutes = row["sm"], row["sm_minutes"]
         usage.mem_avg_mib, usage.mem_minutes = row["mem"], row["mem_minutes"]
         usage.mem_peak_mib = row["mem_peak"]
     return {k: list(gpus.values()) for k, gpus in per_key.items()}

@@ -38,7 +38,7 @@ from tests.factories import (
 HOUR = timedelta(hours=1)
 
 
-def add_minutes(gpu, start, minutes, *, busy=60.0, util=90.0, mem=1000, mem_max=None):
+def add_minutes(gpu, start, minutes, *, busy=60.0, util=90.0, mem=1000, mem_max=None, sm=None):
     GpuMinuteRollup.objects.bulk_create(
         GpuMinuteRollup(
             gpu=gpu,
@@ -49,6 +49,7 @@ def add_minutes(gpu, start, minutes, *, busy=60.0, util=90.0, mem=1000, mem_max=
             mem_used_avg_mib=mem,
             mem_used_max_mib=mem_max if mem_max is not None else mem,
             busy_seconds=busy,
+            sm_active_avg=sm,
         )
         for m in range(minutes)
     )

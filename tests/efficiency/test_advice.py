@@ -35,7 +35,7 @@ def test_each_finding_has_the_hand_computed_suggestion_and_saving(scenario, team
     assert a.efficiency.busy_gpu_hours == pytest.approx(2.0)
     # Activity: (90 x 120 min + 0 x 360 min) / 480 min = 22.5 % utilization (no GPM here).
     assert a.efficiency.activity_percent == pytest.approx(22.5)
-    assert a.efficiency.activity_signal == "utilization"
+    assert a.efficiency.activity_signal == "util"
     # Job B: peak 20,000 MiB of 81,559 (24.5 % <= 50 %). H100 takes MIG; 1g.10gb holds 10,240
     # MiB (too small), 2g.20gb 20,480: suggested. 1 GPU-h at 2.50 x (1 - 2/7) = 1.7857 -> 1.79.
     b = items[f"job-{s.b.pk}"]

@@ -70,7 +70,7 @@ def test_advice_csv_has_one_line_per_finding(scenario, client):
     by_id = {(r["kind"], r["id"]): r for r in rows}
     a = by_id[("job", str(scenario.a.pk))]
     assert a["finding"] == "idle_gpus" and a["saving"] == "15.00" and a["idle_gpus"] == "3"
-    assert a["suggestion"] == "request 1 GPU instead of 4" and a["activity_signal"] == "utilization"
+    assert a["suggestion"] == "request 1 GPU instead of 4" and a["activity_signal"] == "util"
     assert by_id[("booking", str(scenario.c.pk))]["finding"] == "no_show"
     assert sum(float(r["saving"]) for r in rows) == pytest.approx(36.29)
 

@@ -26,7 +26,7 @@ def test_job_api_has_efficiency_and_the_ledger_cost(scenario, member):
     # 4 GPUs x 2 h; GPU 0 busy all along: 2 busy GPU-h; 3 GPUs idle.
     assert eff["gpu_hours"] == 8.0 and eff["busy_gpu_hours"] == 2.0
     assert eff["idle_gpus"] == 3 and eff["gpus"] == 4
-    assert eff["activity_percent"] == 22.5 and eff["activity_signal"] == "utilization"
+    assert eff["activity_percent"] == 22.5 and eff["activity_signal"] == "util"
     assert eff["memory_peak_mib"] == 70000 and eff["memory_total_mib"] == 81559
     # Metered: 8 GPU-h x 2.50 = 20.00 (a job outside a booking pays its own GPUs).
     assert body["cost"] == "20.00" and body["currency"] == "USD"
@@ -169,3 +169,26 @@ def test_member_figures_add_up_jobs_and_bookings(scenario, team):
     # bob: C 2 + F 3 = 5 held, 1 busy; idle GPUs: C's two (2 GPU-h); F's GPU was busy 1/3.
     assert bob["gpu_hours"] == 5.0 and bob["busy_gpu_hours"] == 1.0
     assert bob["idle_gpu_hours"] == 2.0
+
+
+def test_sm_activity_is_the_signal_where_every_minute_has_it(team, member, fleet, h100):
+    from apps.efficiency.selectors import jobs_efficiency
+    from apps.fleet.models import Gpu
+    from tests.efficiency.conftest import add_minutes
+
+    start = timezone.now().replace(second=0, microsecond=0) - timedelta(hours=3)
+    gpus = list(Gpu.objects.filter(node__hostname="h100-a").order_by("index")[:2])
+    # A tiny kernel reads as 100 % utilization while the SMs are 10 % active.
+    job = make_job(team, member, gpus, start, 1)
+    for gpu in gpus:
+        add_minutes(gpu, start, 60, util=100, sm=10.0, busy=0)
+    mixed = make_job(team, member, gpus, start + timedelta(hours=1), 1)
+    add_minutes(gpus[0], start + timedelta(hours=1), 60, util=50, sm=40.0)
+    add_minutes(gpus[1], start + timedelta(hours=1), 60, util=30)  # no GPM on this one
+    figures = jobs_efficiency([job, mixed], end=timezone.now())
+    assert figures[job.pk].activity_signal == "sm_active"
+    assert figures[job.pk].activity_percent == pytest.approx(10.0)
+    assert figures[job.pk].idle_gpus == 2  # busy seconds follow SM activity: none
+    # Half the minutes lack SM activity: utilization for both, (50 + 30) / 2 = 40 %.
+    assert figures[mixed.pk].activity_signal == "util"
+    assert figures[mixed.pk].activity_percent == pytest.approx(40.0)
