@@ -213,7 +213,7 @@ def _release_finding(item: Item, book: RateBook, idle_hours: dict[int, float]) -
     if item.kind != "booking" or item.status != ReservationStatus.RELEASED:
         return None
     eff = item.efficiency
-    if eff.busy_gpu_hours <= 0:
+    if eff.busy_gpu_hours <= 0 and eff.covered:
         return Finding(
             FindingKind.NO_SHOW,
             f"{eff.gpu_hours:,.1f} GPU-hours held, no work on its GPUs",

@@ -18,16 +18,17 @@ number of queries as one job.
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db.models import Avg, Count, F, Max, Q, Sum, Value
+from django.db.models import Avg, Count, DateTimeField, ExpressionWrapper, F, Max, Q, Sum, Value
 from django.db.models.functions import Coalesce, Greatest, Least
 
 from apps.fleet.models import Gpu
 from apps.telemetry.choices import ActivitySignal
-from apps.telemetry.models import GpuMinuteRollup
+from apps.telemetry.models import GpuHourRollup, GpuMinuteRollup
 
+COVERAGE = 0.8  # as idle detection: share of the time held that must have telemetry
 SM_ACTIVITY = ActivitySignal.SM_ACTIVE
 UTILIZATION = ActivitySignal.UTIL
 
@@ -48,6 +49,12 @@ class GpuUsage:
     mem_minutes: int = 0
     mem_peak_mib: int | None = None
 
+    @property
+    def covered(self) -> bool:
+        """Telemetry covers most of the time held: only then can the GPU be called idle
+        (missing telemetry is never taken for idleness)."""
+        return self.minutes * 60 >= COVERAGE * self.held_seconds
+
 
 @dataclass(slots=True)
 class Efficiency:
@@ -65,6 +72,7 @@ class Efficiency:
     idle_gpu_hours: float
     telemetry_minutes: int
     gpu_model: str | None = None
+    covered: bool = False
     per_gpu: list[GpuUsage] = field(default_factory=list, repr=False)
 
     @property
@@ -98,6 +106,7 @@ class Efficiency:
             "idle_gpu_hours": round(self.idle_gpu_hours, 4),
             "telemetry_minutes": self.telemetry_minutes,
             "gpu_model": self.gpu_model,
+            "telemetry_covered": self.covered,
         }
 
 
@@ -131,7 +140,9 @@ def summarize(per_gpu: list[GpuUsage], *, memory_total_mib: int | None) -> Effic
     peaks = [g.mem_peak_mib for g in per_gpu if g.mem_peak_mib is not None]
     threshold = settings.EFFICIENCY_IDLE_GPU_BUSY_PERCENT / 100
     idle = [
-        g for g in per_gpu if g.held_seconds > 0 and g.busy_seconds < threshold * g.held_seconds
+        g
+        for g in per_gpu
+        if g.held_seconds > 0 and g.covered and g.busy_seconds < threshold * g.held_seconds
     ]
     return Efficiency(
         gpus=len(per_gpu),
@@ -145,6 +156,7 @@ def summarize(per_gpu: list[GpuUsage], *, memory_total_mib: int | None) -> Effic
         idle_gpus=len(idle),
         idle_gpu_hours=sum(g.held_seconds for g in idle) / 3600,
         telemetry_minutes=telemetry_minutes,
+        covered=bool(per_gpu) and all(g.covered for g in per_gpu),
         per_gpu=per_gpu,
     )
 
@@ -185,20 +197,23 @@ def _rollup_aggregates() -> dict:
     return aggregates
 
 
-def _rollup_rows(relation: str, key: str, keys, extra: Q, *, start, end):
-    """Minute rollups of the GPUs held through `relation` (Gpu's reverse relation to job
-    allocations or booking holdings), inside each holding's time cut to [start, end), grouped
-    by (allocation key, GPU). The conditions sit in one filter() so they share one join."""
+def _rollup_rows(model, relation: str, key: str, keys, extra: Q, *, start, end):
+    """Rollups (`model`: minute or hour) of the GPUs held through `relation` (Gpu's reverse
+    relation to job allocations or booking holdings) whose whole bucket lies inside each
+    holding's time cut to [start, end), grouped by (allocation key, GPU). The conditions sit in
+    one filter() so they share one join."""
+    width = timedelta(minutes=1) if model is GpuMinuteRollup else timedelta(hours=1)
     held_end = Least(Coalesce(F(f"gpu__{relation}__end"), Value(end)), Value(end))
     held_start = F(f"gpu__{relation}__start")
     if start is not None:
         held_start = Greatest(held_start, Value(start))
+    last_bucket = ExpressionWrapper(held_end - Value(width), output_field=DateTimeField())
     return (
-        GpuMinuteRollup.objects.filter(
+        model.objects.filter(
             extra or Q(),
             **{f"gpu__{relation}__{key}__in": keys},
             bucket__gte=held_start,
-            bucket__lt=held_end,
+            bucket__lte=last_bucket,
         )
         .values("gpu_id", key=F(f"gpu__{relation}__{key}"))
         .annotate(**_rollup_aggregates())
@@ -206,25 +221,42 @@ def _rollup_rows(relation: str, key: str, keys, extra: Q, *, start, end):
     )
 
 
+def _fill(usage: GpuUsage, row: dict, *, minutes_per_row: int) -> None:
+    usage.minutes = row["minutes"] * minutes_per_row
+    usage.busy_seconds = row["busy"] or 0.0
+    usage.util_avg, usage.util_minutes = row["util"], row["util_minutes"] * minutes_per_row
+    usage.sm_avg, usage.sm_minutes = row["sm"], row["sm_minutes"] * minutes_per_row
+    usage.mem_avg_mib = row["mem"]
+    usage.mem_minutes = row["mem_minutes"] * minutes_per_row
+    usage.mem_peak_mib = row["mem_peak"]
+
+
 def usage_of(
     holdings: list[Holding], *, relation: str, key: str, extra: Q | None = None, start=None, end
 ) -> dict[int, list[GpuUsage]]:
-    """Per allocation key: one GpuUsage per GPU it held, telemetry included (one query)."""
+    """Per allocation key: one GpuUsage per GPU it held, with its telemetry: minute rollups,
+    or, for GPUs whose minute rollups cover too little of the time (pruned after
+    TELEMETRY_MINUTE_RETENTION_DAYS, or never written), the whole hours of hour rollups when
+    they cover more. Two grouped queries at most, whatever the number of allocations."""
     per_key: dict[int, dict[int, GpuUsage]] = defaultdict(dict)
     for h in holdings:
         usage = per_key[h.key].setdefault(h.gpu_id, GpuUsage(gpu_id=h.gpu_id))
         usage.held_seconds += (h.end - h.start).total_seconds()
     if not holdings:
         return {}
-    keys = sorted(per_key)
-    for row in _rollup_rows(relation, key, keys, extra, start=start, end=end):
+    rows = _rollup_rows(
+        GpuMinuteRollup, relation, key, sorted(per_key), extra, start=start, end=end
+    )
+    for row in rows:
         usage = per_key[row["key"]].setdefault(row["gpu_id"], GpuUsage(gpu_id=row["gpu_id"]))
-        usage.minutes = row["minutes"]
-        usage.busy_seconds = row["busy"] or 0.0
-        usage.util_avg, usage.util_minutes = row["util"], row["util_minutes"]
-        usage.sm_avg, usage.sm_minutes = row["sm"], row["sm_minutes"]
-        usage.mem_avg_mib, usage.mem_minutes = row["mem"], row["mem_minutes"]
-        usage.mem_peak_mib = row["mem_peak"]
+        _fill(usage, row, minutes_per_row=1)
+    thin = {k for k, gpus in per_key.items() if any(not g.covered for g in gpus.values())}
+    if thin:
+        rows = _rollup_rows(GpuHourRollup, relation, key, sorted(thin), extra, start=start, end=end)
+        for row in rows:
+            usage = per_key[row["key"]].get(row["gpu_id"])
+            if usage is not None and not usage.covered and row["minutes"] * 60 > usage.minutes:
+                _fill(usage, row, minutes_per_row=60)
     return {k: list(gpus.values()) for k, gpus in per_key.items()}
 
 

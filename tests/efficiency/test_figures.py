@@ -136,11 +136,18 @@ def test_a_page_of_bookings_costs_the_same_queries_as_one(
     from tests.factories import make_booking
 
     client.force_login(team_admin)
-    few = _count(client, url)
     gpu = scenario.c.holdings.first().gpu
-    for day in range(10):
-        start = scenario.t0 - timedelta(days=day + 1)
-        make_booking(team, team_admin, [gpu], start, start + timedelta(hours=1), status="completed")
+
+    def past_bookings(days):
+        for day in days:
+            start = scenario.t0 - timedelta(days=day + 1)
+            make_booking(
+                team, team_admin, [gpu], start, start + timedelta(hours=1), status="completed"
+            )
+
+    past_bookings(range(1))  # one without minute telemetry: hour rollups are read too
+    few = _count(client, url)
+    past_bookings(range(1, 11))
     assert _count(client, url) == few
     with django_assert_max_num_queries(25):
         client.get(url)
@@ -192,3 +199,32 @@ def test_sm_activity_is_the_signal_where_every_minute_has_it(team, member, fleet
     # Half the minutes lack SM activity: utilization for both, (50 + 30) / 2 = 40 %.
     assert figures[mixed.pk].activity_signal == "util"
     assert figures[mixed.pk].activity_percent == pytest.approx(40.0)
+
+
+def test_hour_rollups_stand_in_where_minute_rollups_are_gone(team, member, fleet, h100):
+    from apps.efficiency.selectors import jobs_efficiency
+    from apps.fleet.models import Gpu
+    from apps.telemetry.models import GpuHourRollup
+
+    start = timezone.now().replace(minute=0, second=0, microsecond=0) - timedelta(days=60)
+    gpus = list(Gpu.objects.filter(node__hostname="h100-a").order_by("index")[:2])
+    job = make_job(team, member, gpus, start, 2)
+    unknown = make_job(team, member, gpus, start + timedelta(hours=5), 1)
+    for hour in range(2):
+        for gpu, busy in ((gpus[0], 3600.0), (gpus[1], 0.0)):
+            GpuHourRollup.objects.create(
+                gpu=gpu,
+                bucket=start + timedelta(hours=hour),
+                samples=240,
+                util_avg=busy / 36,
+                mem_used_avg_mib=1000,
+                mem_used_max_mib=2000,
+                busy_seconds=busy,
+            )
+    figures = jobs_efficiency([job, unknown], end=timezone.now())
+    # 2 GPUs x 2 h from hour rollups: GPU 0 busy all along, GPU 1 never.
+    assert figures[job.pk].busy_gpu_hours == pytest.approx(2.0)
+    assert figures[job.pk].idle_gpus == 1 and figures[job.pk].covered
+    assert figures[job.pk].activity_percent == pytest.approx(50.0)
+    # No telemetry at all: nothing is called idle.
+    assert figures[unknown.pk].idle_gpus == 0 and not figures[unknown.pk].covered
