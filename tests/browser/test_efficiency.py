@@ -4,6 +4,7 @@ team's weekly email off; a member of another team sees the empty state."""
 
 from datetime import timedelta
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
 from django.utils import timezone
@@ -84,7 +85,7 @@ def test_team_admin_reads_filters_downloads_and_opts_out(login_as, idle_job):
 
     with page.expect_download() as download:
         page.get_by_test_id("advice-csv").click()
-    text = open(download.value.path()).read()
+    text = Path(download.value.path()).read_text()
     assert "idle_gpus" in text and f"job,{idle_job.pk},nlp,bob" in text and "15.00" in text
 
     page.get_by_role("button", name="Turn the weekly email of nlp off").click()
