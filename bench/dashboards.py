@@ -5,8 +5,9 @@ by 8 teams in turn, loaded with COPY), the bookings that hold them (~48,000 GPU 
 12-hour blocks: the utilization chart counts allocated GPUs from these), plus idle intervals
 (~30 per GPU). Then times, as a
 platform admin through Django's test client (the whole view: filters, SQL, figure building,
-JSON), the 30-day utilization and idle endpoints, and reports their JSON size. The baseline is
-one raw psycopg fetch of the rollup rows those endpoints summarise (no aggregation, no JSON).
+JSON), the 30-day utilization and idle endpoints and the right-sizing advice, and reports their
+JSON size. The baseline is one raw psycopg fetch of the rollup rows those endpoints summarise
+(no aggregation, no JSON); for the advice, one raw SQL GROUP BY of each booking GPU's rollups.
 Targets: each endpoint < 300 ms (median of 5) and < 1 MB.
 
 Run: .venv/bin/python bench/dashboards.py
@@ -167,9 +168,27 @@ def main() -> None:
 
     baseline_ms, rows = timed(raw_fetch)
     print(f"baseline  raw fetch of {len(rows):,} rollup rows: {baseline_ms:8.1f} ms")
+
+    def raw_efficiency():
+        # What the advice sums: each booking GPU's rollups inside its holding, in one GROUP BY.
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT h.reservation_id, h.gpu_id, count(*), sum(r.busy_seconds), "
+                "avg(r.util_avg), max(r.mem_used_max_mib) FROM reservations_reservationgpu h "
+                "JOIN telemetry_gpuhourrollup r ON r.gpu_id = h.gpu_id AND r.bucket >= h.start "
+                'AND r.bucket < h."end" WHERE h.active AND h."end" > %s AND h.start < %s '
+                "GROUP BY 1, 2",
+                [now - timedelta(days=30), now],
+            )
+            return cursor.fetchall()
+
+    efficiency_ms, groups = timed(raw_efficiency)
+    print(f"baseline  raw SQL sum of {len(groups):,} booking GPUs: {efficiency_ms:8.1f} ms")
     failed = False
-    for endpoint in ("utilization", "idle"):
-        url = f"/api/v1/dashboards/{endpoint}/?range=30d"
+    urls = [f"/api/v1/dashboards/{endpoint}/?range=30d" for endpoint in ("utilization", "idle")]
+    # Right-sizing advice over the default 30 days: every booking's GPUs against their rollups.
+    urls.append("/api/v1/efficiency/advice/")
+    for url in urls:
         ms, response = timed(lambda url=url: client.get(url))
         assert response.status_code == 200, response.content[:500]
         size = len(response.content)
@@ -177,7 +196,8 @@ def main() -> None:
         failed |= not ok
         print(
             f"portal    {url}: {ms:8.1f} ms, {size / 1024:7.1f} kB JSON, "
-            f"{ms / baseline_ms:5.2f}x the raw fetch  "
+            f"{ms / (efficiency_ms if 'efficiency' in url else baseline_ms):5.2f}x the raw "
+            f"{'SQL sum' if 'efficiency' in url else 'fetch'}  "
             f"[target < {TARGET_MS} ms, < 1 MB: {'ok' if ok else 'MISSED'}]"
         )
     sys.exit(1 if failed else 0)
