@@ -154,6 +154,15 @@ def main() -> None:
         f"{IdleInterval.objects.count():,} idle intervals, {ReservationGpu.objects.count():,} GPU "
         f"holdings in {time.perf_counter() - started:.1f} s"
     )
+    from apps.efficiency.services import allocation_summaries_update
+
+    # What beat's efficiency.summarize keeps up to date as bookings end.
+    started = time.perf_counter()
+    summed = allocation_summaries_update(since=first - timedelta(days=1), now=now)
+    print(
+        f"summed the efficiency of {summed['bookings']:,} ended bookings in "
+        f"{time.perf_counter() - started:.1f} s"
+    )
     client = Client(HTTP_HOST="localhost")
     client.force_login(User.objects.get(username="bench-admin"))
 

@@ -495,6 +495,14 @@ EFFICIENCY_MEMORY_SHARE_PERCENT = env.float("EFFICIENCY_MEMORY_SHARE_PERCENT", d
 EFFICIENCY_WINDOW_DAYS = env.int("EFFICIENCY_WINDOW_DAYS", default=30)
 # Links in emails (the weekly digest) point here.
 PORTAL_BASE_URL = env.str("PORTAL_BASE_URL", default="http://localhost:8000")
+# Ended jobs and bookings get their efficiency summed once; ends this recent are summed again
+# (late telemetry).
+EFFICIENCY_SUMMARY_LOOKBACK_HOURS = env.int("EFFICIENCY_SUMMARY_LOOKBACK_HOURS", default=6)
+CELERY_BEAT_SCHEDULE["efficiency-summarize"] = {
+    "task": "efficiency.summarize",
+    "schedule": 600.0,
+    "options": {"expires": 540},
+}
 CELERY_BEAT_SCHEDULE["efficiency-weekly-digest"] = {
     "task": "efficiency.weekly_digest",
     "schedule": crontab(minute=0, hour=7, day_of_week="mon"),

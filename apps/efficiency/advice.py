@@ -27,6 +27,7 @@ from django.conf import settings
 from django.db.models import Q
 
 from apps.billing.selectors import RateBook
+from apps.efficiency.models import AllocationKind, AllocationSummary
 from apps.efficiency.selectors import (
     bookings_efficiency,
     bookings_in_window,
@@ -253,6 +254,18 @@ class Filters:
     finding: str | None = None
 
 
+def stored_efficiency(kind: str, objects, filters: Filters) -> dict[int, Efficiency]:
+    """Stored summaries of the ended allocations that lie wholly inside the window (the rest
+    is summed live: still running, not summed yet, or cut by the window)."""
+    rows = AllocationSummary.objects.filter(
+        kind=kind,
+        source_id__in=[o.pk for o in objects],
+        start__gte=filters.start,
+        end__lte=filters.end,
+    ).values_list("source_id", "figures")
+    return {pk: Efficiency.from_dict(figures) for pk, figures in rows}
+
+
 def _job_items(scope: Scope, filters: Filters) -> list[Item]:
     jobs = jobs_in_window(start=filters.start, end=filters.end).filter(
         scope.q(owner="submitted_by")
@@ -264,7 +277,9 @@ def _job_items(scope: Scope, filters: Filters) -> list[Item]:
     jobs = list(
         jobs.select_related("team", "submitted_by", "gpu_model").prefetch_related("allocations")
     )
-    efficiency = jobs_efficiency(jobs, start=filters.start, end=filters.end)
+    efficiency = stored_efficiency(AllocationKind.JOB, jobs, filters)
+    live = [j for j in jobs if j.pk not in efficiency]
+    efficiency.update(jobs_efficiency(live, start=filters.start, end=filters.end))
     items = []
     for job in jobs:
         eff = efficiency.get(job.pk)
@@ -300,7 +315,9 @@ def _booking_items(scope: Scope, filters: Filters) -> list[Item]:
     if filters.user:
         bookings = bookings.filter(created_by__username=filters.user)
     bookings = list(bookings.select_related("team", "created_by", "gpu_model"))
-    efficiency = bookings_efficiency(bookings, start=filters.start, end=filters.end)
+    efficiency = stored_efficiency(AllocationKind.BOOKING, bookings, filters)
+    live = [b for b in bookings if b.pk not in efficiency]
+    efficiency.update(bookings_efficiency(live, start=filters.start, end=filters.end))
     return [
         Item(
             kind="booking",

@@ -37,3 +37,37 @@ class DigestSent(models.Model):
 
     def __str__(self) -> str:
         return f"digest of {self.team_id} for the week of {self.week}"
+
+
+class AllocationKind(models.TextChoices):
+    JOB = "job", "Job"
+    BOOKING = "booking", "Booking"
+
+
+class AllocationSummary(models.Model):
+    """The efficiency of a job or booking that has ended, summed once from its telemetry (beat's
+    `efficiency.summarize`), so that advice over weeks reads one row per allocation instead of
+    every rollup of every GPU it held. Allocations still running, or cut by the window asked
+    for, are summed live instead."""
+
+    kind = models.CharField(max_length=8, choices=AllocationKind.choices)
+    source_id = models.BigIntegerField(help_text="The job's or reservation's id.")
+    start = models.DateTimeField(help_text="When its first GPU was taken.")
+    end = models.DateTimeField(help_text="When its last GPU was given back.")
+    figures = models.JSONField(help_text="The efficiency figures (as the API shows them).")
+    computed_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["kind", "source_id"], name="allocationsummary_unique_kind_source"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(end__gte=models.F("start")),
+                name="allocationsummary_end_not_before_start",
+            ),
+        ]
+        indexes = [models.Index(fields=["kind", "end", "start"], name="allocsummary_kind_time_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.kind} #{self.source_id} efficiency"

@@ -1,17 +1,23 @@
-"""Writes of the efficiency app: the weekly digest's opt-out, and sending the digest."""
+"""Writes of the efficiency app: the weekly digest (opt-out, sending) and the stored efficiency
+summaries of ended jobs and bookings."""
 
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import Count, Max, Min, Q
 from django.urls import reverse
 from django.utils import timezone
 
 from apps.audit.services import audit_record
 from apps.efficiency.advice import Filters, right_sizing, totals
-from apps.efficiency.models import DigestSent, DigestSetting
+from apps.efficiency.models import AllocationKind, AllocationSummary, DigestSent, DigestSetting
+from apps.efficiency.selectors import bookings_efficiency, jobs_efficiency
+from apps.jobs.models import Job
 from apps.outbox.services import outbox_send_mail
+from apps.reservations.choices import OPEN_STATUSES
+from apps.reservations.models import Reservation, ReservationGpu
 from apps.teams.choices import TeamRole
 from apps.teams.models import Membership, Team
 from apps.teams.permissions import can_manage_team
@@ -125,3 +131,99 @@ def weekly_digest_send(*, week_of: date | None = None) -> dict[str, int]:
             continue
         result["sent"] += 1
     return result
+
+
+SUMMARY_BATCH = 500
+# Minute rollups of a minute are written by the minutely task; wait that long after an end.
+SUMMARY_SETTLE = timedelta(minutes=5)
+
+
+def _ended_jobs(*, since: datetime, until: datetime):
+    return (
+        Job.objects.annotate(
+            last=Max("allocations__end"),
+            running=Count("allocations", filter=Q(allocations__end__isnull=True)),
+        )
+        .filter(running=0, last__gte=since, last__lte=until)
+        .values_list("pk", flat=True)
+    )
+
+
+def _ended_bookings(*, since: datetime, until: datetime):
+    return (
+        Reservation.objects.exclude(status__in=OPEN_STATUSES)
+        .annotate(last=Max("holdings__end", filter=Q(holdings__active=True)))
+        .filter(last__gte=since, last__lte=until)
+        .values_list("pk", flat=True)
+    )
+
+
+def _summary_rows(kind: str, objects, efficiency, spans, now) -> list[AllocationSummary]:
+    return [
+        AllocationSummary(
+            kind=kind,
+            source_id=obj.pk,
+            start=spans[obj.pk][0],
+            end=spans[obj.pk][1],
+            figures=efficiency[obj.pk].as_dict(),
+            computed_at=now,
+        )
+        for obj in objects
+        if obj.pk in efficiency and obj.pk in spans
+    ]
+
+
+def _store(rows: list[AllocationSummary]) -> int:
+    AllocationSummary.objects.bulk_create(
+        rows,
+        update_conflicts=True,
+        unique_fields=["kind", "source_id"],
+        update_fields=["start", "end", "figures", "computed_at"],
+    )
+    return len(rows)
+
+
+def allocation_summaries_update(
+    *, since: datetime | None = None, now: datetime | None = None
+) -> dict[str, int]:
+    """Sum the efficiency of the jobs and bookings that gave back their last GPU between
+    `since` (default: EFFICIENCY_SUMMARY_LOOKBACK_HOURS ago) and a few minutes ago, and store
+    it (replacing an earlier sum: telemetry that arrived late is picked up while the end is
+    within the lookback). Idempotent."""
+    now = now or timezone.now()
+    since = since or now - timedelta(hours=settings.EFFICIENCY_SUMMARY_LOOKBACK_HOURS)
+    until = now - SUMMARY_SETTLE
+    done = {"jobs": 0, "bookings": 0}
+    job_ids = sorted(_ended_jobs(since=since, until=until))
+    for offset in range(0, len(job_ids), SUMMARY_BATCH):
+        jobs = list(
+            Job.objects.filter(pk__in=job_ids[offset : offset + SUMMARY_BATCH]).prefetch_related(
+                "allocations"
+            )
+        )
+        spans = {
+            j.pk: (
+                min(a.start for a in j.allocations.all()),
+                max(a.end for a in j.allocations.all()),
+            )
+            for j in jobs
+            if j.allocations.all()
+        }
+        rows = _summary_rows(AllocationKind.JOB, jobs, jobs_efficiency(jobs, end=until), spans, now)
+        done["jobs"] += _store(rows)
+    booking_ids = sorted(_ended_bookings(since=since, until=until))
+    for offset in range(0, len(booking_ids), SUMMARY_BATCH):
+        batch = booking_ids[offset : offset + SUMMARY_BATCH]
+        bookings = list(Reservation.objects.filter(pk__in=batch))
+        spans = {
+            row["reservation_id"]: (row["first"], row["last"])
+            for row in ReservationGpu.objects.filter(reservation_id__in=batch, active=True)
+            .values("reservation_id")
+            .annotate(first=Min("start"), last=Max("end"))
+            .order_by()
+        }
+        efficiency = bookings_efficiency(bookings, end=until)
+        done["bookings"] += _store(
+            _summary_rows(AllocationKind.BOOKING, bookings, efficiency, spans, now)
+        )
+    return done

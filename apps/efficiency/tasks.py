@@ -13,3 +13,8 @@ def weekly_digest(week_of: str | None = None) -> dict:
     of that day instead (sending again a week a team missed)."""
     day = date.fromisoformat(week_of) if week_of else None
     return services.weekly_digest_send(week_of=day)
+
+
+@shared_task(name="efficiency.summarize", acks_late=True, time_limit=600, soft_time_limit=590)
+def summarize() -> dict:
+    return services.allocation_summaries_update()

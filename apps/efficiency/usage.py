@@ -90,6 +90,25 @@ class Efficiency:
         """Share of the held GPU-time that belongs to idle GPUs (0..1)."""
         return self.idle_gpu_hours / self.gpu_hours if self.gpu_hours else 0.0
 
+    @classmethod
+    def from_dict(cls, data: dict) -> "Efficiency":
+        """Back from `as_dict` (a stored summary): the figures, without the per-GPU detail."""
+        return cls(
+            gpus=data["gpus"],
+            gpu_hours=data["gpu_hours"],
+            busy_gpu_hours=data["busy_gpu_hours"],
+            activity_percent=data["activity_percent"],
+            activity_signal=data["activity_signal"],
+            memory_avg_mib=data["memory_avg_mib"],
+            memory_peak_mib=data["memory_peak_mib"],
+            memory_total_mib=data["memory_total_mib"],
+            idle_gpus=data["idle_gpus"],
+            idle_gpu_hours=data["idle_gpu_hours"],
+            telemetry_minutes=data["telemetry_minutes"],
+            gpu_model=data.get("gpu_model"),
+            covered=data.get("telemetry_covered", False),
+        )
+
     def as_dict(self) -> dict:
         return {
             "gpus": self.gpus,

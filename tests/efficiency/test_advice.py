@@ -108,3 +108,28 @@ def test_a_window_cutting_a_job_counts_only_the_hours_inside(scenario, team_admi
     a = _by_key(right_sizing(user=team_admin, filters=filters))[f"job-{scenario.a.pk}"]
     assert a.efficiency.gpu_hours == pytest.approx(4.0)
     assert a.findings[0].saving == Decimal("7.50")
+
+
+def test_stored_summaries_give_the_same_advice_without_the_rollups(scenario, team_admin):
+    from apps.efficiency.models import AllocationSummary
+    from apps.efficiency.services import allocation_summaries_update
+    from apps.telemetry.models import GpuMinuteRollup
+
+    before = {(i.kind, i.pk): [(f.kind, f.saving) for f in i.findings] for i in _advice(team_admin)}
+    done = allocation_summaries_update(since=scenario.t0 - timedelta(days=1))
+    # Jobs A, B, D, E and bookings C, F have ended: six summaries; a second run adds none.
+    assert done == {"jobs": 4, "bookings": 2}
+    allocation_summaries_update(since=scenario.t0 - timedelta(days=1))
+    assert AllocationSummary.objects.count() == 6
+    GpuMinuteRollup.objects.all().delete()
+    after = {(i.kind, i.pk): [(f.kind, f.saving) for f in i.findings] for i in _advice(team_admin)}
+    assert after == before and len(after) == 4
+
+
+def test_an_allocation_cut_by_the_window_is_not_read_from_its_summary(scenario, team_admin):
+    from apps.efficiency.services import allocation_summaries_update
+
+    allocation_summaries_update(since=scenario.t0 - timedelta(days=1))
+    filters = Filters(start=scenario.t0, end=scenario.t0 + timedelta(hours=1), kind="job")
+    a = _by_key(right_sizing(user=team_admin, filters=filters))[f"job-{scenario.a.pk}"]
+    assert a.efficiency.gpu_hours == pytest.approx(4.0)  # the first hour only, summed live
