@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 
 from django.conf import settings
-from django.db.models import Count, Q
+from django.db.models import Count, Exists, OuterRef, Q
 from django.utils import timezone
 
 from apps.billing.choices import ChargeSource
@@ -204,17 +204,20 @@ def window_bounds(days: int | None = None, *, now: datetime | None = None):
 
 def jobs_in_window(*, start: datetime, end: datetime):
     """Jobs that held GPUs at some point of [start, end)."""
-    return Job.objects.filter(
-        Q(allocations__end__isnull=True) | Q(allocations__end__gt=start),
-        allocations__start__lt=end,
-    ).distinct()
+    held = JobAllocation.objects.filter(job=OuterRef("pk"), start__lt=end).filter(
+        Q(end__isnull=True) | Q(end__gt=start)
+    )
+    return Job.objects.filter(Exists(held))
 
 
 def bookings_in_window(*, start: datetime, end: datetime):
-    """Bookings that held GPUs at some point of [start, end)."""
-    return Reservation.objects.filter(
-        holdings__active=True, holdings__start__lt=min(end, timezone.now()), holdings__end__gt=start
-    ).distinct()
+    """Bookings that held GPUs at some point of [start, end). A booking's holdings lie inside
+    its own window, so the (indexed) booking window narrows the search first."""
+    end = min(end, timezone.now())
+    held = ReservationGpu.objects.filter(
+        reservation=OuterRef("pk"), active=True, start__lt=end, end__gt=start
+    )
+    return Reservation.objects.filter(start__lt=end, end__gt=start).filter(Exists(held))
 
 
 def member_figures(*, team, start: datetime | None = None, end: datetime | None = None, **_):
