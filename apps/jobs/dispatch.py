@@ -78,6 +78,24 @@ def usage_by_team(*, now: datetime, half_life: float) -> dict[str, float]:
     return usage
 
 
+def node_rack(node) -> str | None:
+    """The rack a node's labels name (``{"rack": "r12"}``), None when unlabelled."""
+    labels = node.labels if isinstance(node.labels, dict) else {}
+    rack = labels.get("rack")
+    return str(rack) if rack not in (None, "") else None
+
+
+def gpu_info(gpu: Gpu) -> GpuInfo:
+    """A schedulable GPU as the scheduler sees it (node, model, NVLink domain and rack)."""
+    return GpuInfo(
+        gpu_id=gpu.pk,
+        node=gpu.node.hostname,
+        model=gpu.model.name,
+        nvlink_domain=gpu.nvlink_domain or None,
+        rack=node_rack(gpu.node),
+    )
+
+
 def build_state(*, now: datetime) -> ClusterState:
     """What the scheduler sees now. Schedulable GPUs are active, healthy, on an up node (not
     drained, not in a maintenance window now), whole (MIG devices are not offered to jobs)."""
@@ -86,12 +104,7 @@ def build_state(*, now: datetime) -> ClusterState:
         end__isnull=False, released_at__isnull=True
     ).values("gpu_id")
     gpus = [
-        GpuInfo(
-            gpu_id=g.pk,
-            node=g.node.hostname,
-            model=g.model.name,
-            nvlink_domain=g.nvlink_domain or None,
-        )
+        gpu_info(g)
         for g in Gpu.objects.schedulable()
         .filter(mig_parent__isnull=True)
         .exclude(pk__in=awaiting_release)

@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from apps.fleet.models import Gpu
 from apps.jobs.choices import WhatIfStatus
+from apps.jobs.dispatch import gpu_info
 from apps.jobs.models import Job, WhatIfRun
 from apps.jobs.scheduler.replay import JOB_COLUMNS, ReplayResult, TraceJob, simulate
 from apps.jobs.scheduler.state import GpuInfo, TeamQuota
@@ -72,7 +73,7 @@ def job_history(*, since: datetime, until: datetime) -> list[TraceJob]:
 
 def fleet_now() -> list[GpuInfo]:
     gpus = Gpu.objects.schedulable().filter(mig_parent__isnull=True).select_related("node", "model")
-    return [GpuInfo(g.pk, g.node.hostname, g.model.name, g.nvlink_domain or None) for g in gpus]
+    return [gpu_info(g) for g in gpus]
 
 
 def _team_quotas(proposals: list[QuotaProposal]) -> list[TeamQuota]:

@@ -135,3 +135,23 @@ def test_api_takes_checkpointable_and_shows_preemptions_and_loss(member, fleet, 
     detail = client.get(f"/api/v1/jobs/{job.pk}/").json()
     assert detail["checkpointable"] is True and detail["same_node"] is False
     assert detail["preemption_count"] == 1 and detail["gpu_seconds_lost"] == 0.0
+
+
+def test_a_gang_goes_to_nodes_of_one_rack_from_the_node_labels(member, team, h100, quotas, sent):
+    from tests.factories import make_node_with_gpus
+
+    # h100-a and h100-b (the fleet fixture) are unlabelled / rack r1; h100-c joins b in r2.
+    Node.objects.filter(hostname="h100-b").update(labels={"rack": "r2", "row": "3"})
+    make_node_with_gpus("h100-c", 8)
+    Node.objects.filter(hostname="h100-c").update(labels={"rack": "r2"})
+    Node.objects.filter(hostname="h100-a").update(labels={"rack": "r1"})
+    Node.objects.filter(hostname="l40s-a").update(labels=["rack", "r2"])  # not a mapping
+    racks = {g.node: g.rack for g in build_state(now=timezone.now()).gpus}
+    assert racks == {"h100-a": "r1", "h100-b": "r2", "h100-c": "r2", "l40s-a": None}
+    job = services.job_submit(
+        actor=member, team=team, argv=["torchrun", "train.py"], gpu_count=12,
+        max_runtime_seconds=3600, gpu_model=h100,
+    )  # fmt: skip
+    assert schedule_cycle().placed == [job.pk]
+    hosts = {name_host[1] for name_host in sent if name_host[0] == "agent.launch"}
+    assert hosts == {"h100-b", "h100-c"}  # without racks: h100-a + h100-b (names first)

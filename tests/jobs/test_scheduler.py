@@ -100,6 +100,50 @@ def test_nvlink_domain_preferred_across_nodes():
     assert {gpus[g].nvlink_domain for g in picks} == {"x"}
 
 
+def racked_fleet(racks: dict[int, str | None], per_node: int = 4) -> list[GpuInfo]:
+    """Nodes n0.. of ``per_node`` GPUs, each its own NVLink domain, in the given racks."""
+    return [
+        GpuInfo(n * per_node + i, f"n{n}", H100, f"nvl-{n}", rack)
+        for n, rack in racks.items()
+        for i in range(per_node)
+    ]
+
+
+def test_gang_prefers_nodes_of_one_rack_when_that_needs_no_more_nodes():
+    # n0 and n3 have the most free GPUs but sit in different racks; n1 + n2 share rack r2.
+    gpus = racked_fleet({0: "r1", 1: "r2", 2: "r2", 3: "r3"})
+    run = [running(9, "nlp", [4]), running(8, "nlp", [8])]  # n1 and n2: 3 free each
+    state = ClusterState(NOW, gpus, [job(1, count=6, same_node=False)], run, quotas=quotas())
+    picks = placed(schedule(state))[1]
+    assert {gpus[g].node for g in picks} == {"n1", "n2"}
+    assert {gpus[g].rack for g in picks} == {"r2"}
+
+
+def test_rack_never_costs_an_extra_node_and_nvlink_domain_comes_first():
+    # Rack r2 (n1-n3, 4 free each) would take 3 nodes for 10 GPUs; n0 + n4 take 2.
+    gpus = racked_fleet({0: "r1", 1: "r2", 2: "r2", 3: "r2", 4: "r3"}, per_node=8)
+    run = [running(10 + n, "nlp", range(8 * n, 8 * n + 4)) for n in (1, 2, 3)]
+    state = ClusterState(
+        NOW, gpus, [job(1, count=10, same_node=False)], run, quotas=quotas(limit=24)
+    )
+    assert {gpus[g].node for g in placed(schedule(state))[1]} == {"n0", "n4"}
+    # One NVLink domain spanning n2 + n3 beats the rack r2 (n1 + n2).
+    gpus = [
+        GpuInfo(g.gpu_id, g.node, g.model, "x" if g.node in ("n2", "n3") else g.nvlink_domain,
+                g.rack)
+        for g in racked_fleet({0: "r1", 1: "r2", 2: "r2", 3: "r3"})
+    ]  # fmt: skip
+    state = ClusterState(NOW, gpus, [job(1, count=8, same_node=False)], quotas=quotas())
+    assert {gpus[g].node for g in placed(schedule(state))[1]} == {"n2", "n3"}
+
+
+def test_unlabelled_nodes_keep_the_fewest_nodes_choice():
+    gpus = racked_fleet({0: None, 1: "r2", 2: None})
+    run = [running(9, "nlp", [4, 5])]  # n1 has 2 free: the gang takes n0 and n2 whole
+    state = ClusterState(NOW, gpus, [job(1, count=8, same_node=False)], run, quotas=quotas())
+    assert {gpus[g].node for g in placed(schedule(state))[1]} == {"n0", "n2"}
+
+
 def test_backfill_before_a_future_booking():
     gpus = fleet(1, 4)
     bookings = [Booking(7, "nlp", g, NOW + 3600, NOW + 7200) for g in range(4)]

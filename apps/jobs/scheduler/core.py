@@ -34,7 +34,8 @@ Order of work in a ``fairshare`` cycle:
 respecting quota limits, no guarantees, no fair share, no preemption.
 
 Placement is gang (all GPUs or none) and topology-aware (see ``FreePool.find``): one node when
-it can, required when ``same_node``; otherwise the fewest nodes, one NVLink domain if possible.
+it can, required when ``same_node``; otherwise the fewest nodes, one NVLink domain if possible,
+else one rack (the node label ``rack``) if possible.
 """
 
 from __future__ import annotations

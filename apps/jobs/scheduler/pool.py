@@ -25,11 +25,13 @@ class FreePool:
         self.node_size: dict[tuple[str, str], int] = defaultdict(int)
         self.capacity: dict[str, int] = defaultdict(int)
         self.domain_of: dict[str, str | None] = {}
+        self.rack_of: dict[str, str | None] = {}
         for g in gpus:
             self.free[g.model].setdefault(g.node, [])
             self.node_size[g.model, g.node] += 1
             self.capacity[g.model] += 1
             self.domain_of.setdefault(g.node, g.nvlink_domain)
+            self.rack_of.setdefault(g.node, g.rack)
         self.largest: dict[str, int] = defaultdict(int)
         for (model, _), size in self.node_size.items():
             self.largest[model] = max(self.largest[model], size)
@@ -137,7 +139,8 @@ class FreePool:
         """GPUs for a gang of ``count`` on ``model`` that may run until ``deadline``, or None.
         Does not take them. One node if one has room (best fit: the fewest free GPUs that
         suffice, keeping whole nodes for big jobs); otherwise, unless ``same_node``, the fewest
-        nodes (most free GPUs first), one NVLink domain when that needs no more nodes."""
+        nodes (most free GPUs first), one NVLink domain when that needs no more nodes, else
+        one rack when that needs no more nodes."""
         counts = self.by_count.get(model)
         if counts is None:
             return None
@@ -185,15 +188,17 @@ class FreePool:
 
         best = greedy(list(per_node))
         fewest = len({self.info[g].node for g in best}) if best else 0
-        domains: dict[str, list[str]] = defaultdict(list)
-        for node in per_node:
-            domain = self.domain_of.get(node)
-            if domain is not None:
-                domains[domain].append(node)
-        for domain in sorted(domains):
-            picks = greedy(domains[domain])
-            if picks is not None and len({self.info[g].node for g in picks}) <= fewest:
-                return picks
+        # Among the placements on the fewest nodes: one NVLink domain, else one rack.
+        for group_of in (self.domain_of, self.rack_of):
+            groups: dict[str, list[str]] = defaultdict(list)
+            for node in per_node:
+                group = group_of.get(node)
+                if group is not None:
+                    groups[group].append(node)
+            for group in sorted(groups):
+                picks = greedy(groups[group])
+                if picks is not None and len({self.info[g].node for g in picks}) <= fewest:
+                    return picks
         return best
 
     def fits_ignoring_bookings(self, model: str, count: int, same_node: bool) -> bool:

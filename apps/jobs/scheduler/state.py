@@ -34,6 +34,7 @@ class GpuInfo:
     node: str
     model: str
     nvlink_domain: str | None = None
+    rack: str | None = None  # the node's ``labels["rack"]``: gangs prefer nodes of one rack
 
 
 @dataclass(frozen=True, slots=True)
