@@ -469,6 +469,14 @@ CELERY_BEAT_SCHEDULE["jobs-schedule"] = {
     "schedule": JOBS_SCHEDULE_SECONDS,
     "options": {"expires": JOBS_SCHEDULE_SECONDS},
 }
+# A what-if run whose worker reported no progress for this long is marked failed (the worker
+# died or restarted mid-replay); beat looks for such runs every few minutes.
+JOBS_WHATIF_STALL_MINUTES = env.int("JOBS_WHATIF_STALL_MINUTES", default=15)
+CELERY_BEAT_SCHEDULE["jobs-what-if-sweep"] = {
+    "task": "jobs.what_if_sweep",
+    "schedule": 300.0,
+    "options": {"expires": 240},
+}
 
 # --- Billing --------------------------------------------------------------------------------
 # chargeback: money in exports, budgets enforced; showback: GPU-hours only, no money.

@@ -3,6 +3,13 @@
 One cycle runs at a time (a PostgreSQL advisory transaction lock; on SQLite the first write
 takes the database's single write lock). A cycle is idempotent: it only places jobs that are
 still waiting, and a GPU can hold one open allocation at most (a unique constraint).
+
+A job the scheduler starts on the GPUs of this cycle's preemptions (``Decision.after_preemption``)
+is not placed in the same cycle, unlike in the replayer: a victim keeps its GPUs (and their
+memory) through the kill's grace period, and they return to the pool only when its node reports
+the process gone (``JobAllocation.released_at``). Placing the job earlier would launch it next to
+a process still holding the GPUs. The node's report asks for a cycle at once, and the waiting job,
+within its guarantee, comes first in it; until then it is pending ``WAITING_FOR_PREEMPTION``.
 """
 
 import logging

@@ -184,6 +184,9 @@ class WhatIfRun(models.Model):
         max_length=16, choices=WhatIfStatus.choices, default=WhatIfStatus.QUEUED
     )
     progress = models.PositiveSmallIntegerField(default=0)  # percent
+    # Last sign of life from the worker replaying it; a running run silent for
+    # JOBS_WHATIF_STALL_MINUTES is marked failed (the worker died or was restarted).
+    progress_at = models.DateTimeField(null=True, blank=True)
     window = models.CharField(max_length=8)
     policy = models.CharField(max_length=32)
     # [{"team", "model", "guaranteed", "limit"}], in the order of the form's rows

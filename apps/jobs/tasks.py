@@ -24,3 +24,9 @@ def what_if(run_id: int) -> str:
     """Replay a what-if run the page recorded. Not acked late: a replay cut short is marked
     failed or stays running, and the admin starts another rather than the worker repeating it."""
     return whatif.whatif_run_execute(run_id=run_id)
+
+
+@shared_task(name="jobs.what_if_sweep", time_limit=60)
+def what_if_sweep() -> list[int]:
+    """Beat: mark what-if runs whose worker went silent as failed."""
+    return whatif.whatif_runs_fail_stalled()

@@ -2,6 +2,7 @@
 under proposed ones, with the same scheduler the portal runs, and compare each team's wait and
 cost. The replays change nothing; a run records what was asked and what it found."""
 
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
@@ -9,6 +10,7 @@ from decimal import Decimal
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from apps.fleet.models import Gpu
@@ -131,9 +133,15 @@ def what_if(
     if not history or not gpus:
         return {"jobs": len(history), "gpus": len(gpus), "teams": []}
     progress(10)
-    before = simulate(history, gpus, _team_quotas(current_quotas()), policy)
+    before = simulate(
+        history, gpus, _team_quotas(current_quotas()), policy,
+        progress=lambda done: progress(10 + int(40 * done)),
+    )  # fmt: skip
     progress(50)
-    after = simulate(history, gpus, _team_quotas(proposed), policy)
+    after = simulate(
+        history, gpus, _team_quotas(proposed), policy,
+        progress=lambda done: progress(50 + int(40 * done)),
+    )  # fmt: skip
     progress(90)
     lost_before, lost_after = _lost_gpu_hours(before), _lost_gpu_hours(after)
     teams = sorted({job.team for job in history})
@@ -188,19 +196,34 @@ def whatif_run_start(
     return run
 
 
+# A running replay writes its progress at least this often (its sign of life for the sweeper),
+# and otherwise only when the percentage moves.
+HEARTBEAT_SECONDS = 30.0
+
+
 def whatif_run_execute(*, run_id: int, now: datetime | None = None) -> str:
     """Replay a queued run, recording progress, then the result or the error. A run already
-    started or finished (a redelivered task) is left alone. Returns the run's status."""
+    started or finished (a redelivered task), or failed meanwhile by the sweeper, is left
+    alone. Returns the run's status."""
     claimed = WhatIfRun.objects.filter(pk=run_id, status=WhatIfStatus.QUEUED).update(
-        status=WhatIfStatus.RUNNING, started_at=timezone.now(), progress=5
+        status=WhatIfStatus.RUNNING,
+        started_at=timezone.now(),
+        progress=5,
+        progress_at=timezone.now(),
     )
     if not claimed:
         run = WhatIfRun.objects.filter(pk=run_id).first()
         return run.status if run else "missing"
     run = WhatIfRun.objects.get(pk=run_id)
+    running = WhatIfRun.objects.filter(pk=run_id, status=WhatIfStatus.RUNNING)
+    last = [5, time.monotonic()]
 
     def progress(percent: int) -> None:
-        WhatIfRun.objects.filter(pk=run_id).update(progress=percent)
+        moment = time.monotonic()
+        if percent == last[0] and moment - last[1] < HEARTBEAT_SECONDS:
+            return
+        last[:] = [percent, moment]
+        running.update(progress=percent, progress_at=timezone.now())
 
     try:
         result = what_if(
@@ -211,11 +234,34 @@ def whatif_run_execute(*, run_id: int, now: datetime | None = None) -> str:
             progress=progress,
         )
     except Exception as failure:  # the page must show a failed run, not poll forever
-        WhatIfRun.objects.filter(pk=run_id).update(
+        running.update(
             status=WhatIfStatus.FAILED, error=str(failure)[:2000], finished_at=timezone.now()
         )
         raise
-    WhatIfRun.objects.filter(pk=run_id).update(
+    running.update(
         status=WhatIfStatus.DONE, progress=100, result=result, finished_at=timezone.now()
     )
-    return WhatIfStatus.DONE
+    return WhatIfRun.objects.get(pk=run_id).status
+
+
+def whatif_runs_fail_stalled(*, now: datetime | None = None) -> list[int]:
+    """Mark failed the running what-if runs whose worker reported nothing for
+    ``JOBS_WHATIF_STALL_MINUTES`` (it died or restarted mid-replay, and a run is never
+    redelivered), so their page stops polling and says to start again. Returns their ids."""
+    now = now or timezone.now()
+    minutes = settings.JOBS_WHATIF_STALL_MINUTES
+    cutoff = now - timedelta(minutes=minutes)
+    # Runs started before progress was timed have only their start.
+    silent = Q(progress_at__lt=cutoff) | Q(progress_at__isnull=True, started_at__lt=cutoff)
+    stalled = WhatIfRun.objects.filter(silent, status=WhatIfStatus.RUNNING)
+    with transaction.atomic():
+        ids = list(stalled.select_for_update().values_list("pk", flat=True))
+        WhatIfRun.objects.filter(pk__in=ids).update(
+            status=WhatIfStatus.FAILED,
+            finished_at=now,
+            error=(
+                f"The worker replaying this run stopped reporting progress for {minutes} minutes "
+                "(it was probably restarted). Start the run again."
+            ),
+        )
+    return ids

@@ -178,3 +178,39 @@ def test_state_leaves_out_drained_and_in_maintenance_nodes(team, fleet, platform
     )
     state = dispatch.build_state(now=now)
     assert {g.node for g in state.gpus} == {"h100-b"}
+
+
+def test_a_job_waiting_for_a_preemption_starts_the_cycle_after_the_node_confirms_the_stop(
+    member, team, outsider, other_team, h100, quotas, sent, django_capture_on_commit_callbacks
+):
+    # vision (4 guaranteed) runs 4 GPUs within its guarantee and 8 over it, an hour old.
+    within = _submit(member, team, gpu_model=h100, gpu_count=4)
+    over = _submit(member, team, gpu_model=h100, gpu_count=8)
+    assert sorted(dispatch.schedule_cycle().placed) == [within.pk, over.pk]
+    hour_ago = timezone.now() - timedelta(hours=1)
+    Job.objects.filter(pk__in=[within.pk, over.pk]).update(
+        status=JobStatus.RUNNING, started_at=hour_ago
+    )
+    over_gpus = set(JobAllocation.objects.filter(job=over).values_list("gpu_id", flat=True))
+    over_node = Job.objects.get(pk=over.pk).node.hostname
+    assert JobAllocation.objects.filter(job=over, over_quota=True).count() == 8
+    # nlp asks for 8 GPUs on one node, within its guarantee: only stopping `over` makes room.
+    waiting = _submit(outsider, other_team, gpu_model=h100, gpu_count=8,
+                      max_runtime_seconds=36000)  # fmt: skip
+    result = dispatch.schedule_cycle()
+    assert result.preempted == [over.pk] and result.placed == []
+    waiting.refresh_from_db()
+    assert waiting.status == JobStatus.QUEUED
+    assert waiting.pending_reason == PendingReason.WAITING_FOR_PREEMPTION
+    # Until the node confirms the stop the GPUs are not offered to anyone, so a cycle now
+    # places nothing on them (the victim may still hold their memory for the grace period).
+    assert dispatch.schedule_cycle().placed == []
+    sent.clear()
+    with django_capture_on_commit_callbacks(execute=True):
+        services.job_report(report={"job_id": over.pk, "attempt": 1, "event": "finished",
+                                    "exit_code": -15, "node": over_node})  # fmt: skip
+    assert ("jobs.schedule", "portal", ()) in sent  # the confirmation asks for a cycle at once
+    assert dispatch.schedule_cycle().placed == [waiting.pk]
+    assert set(JobAllocation.objects.filter(job=waiting).values_list("gpu_id", flat=True)) == (
+        over_gpus
+    )

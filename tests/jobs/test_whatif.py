@@ -264,3 +264,74 @@ def test_a_real_worker_replays_the_run_the_form_started(client, platform_admin, 
     assert 0 < run.result["after"]["jain_fairness"] <= 1
     html = client.get(response["Location"]).content.decode()
     assert 'data-testid="whatif-result"' in html
+
+
+def test_a_run_whose_worker_died_is_failed_by_the_sweeper_and_says_so(
+    client, platform_admin, history, monkeypatch, settings
+):
+    from apps.jobs import tasks, whatif
+
+    settings.JOBS_WHATIF_STALL_MINUTES = 15
+
+    def worker_killed(*args, progress, **kwargs):
+        progress(30)
+        raise SystemExit(1)  # what a warm shutdown leaves: no result, no failure written
+
+    client.force_login(platform_admin)
+    location = client.post("/jobs/what-if/", form())["Location"]
+    run = WhatIfRun.objects.get()
+    monkeypatch.setattr(whatif, "what_if", worker_killed)
+    with pytest.raises(SystemExit):
+        whatif_run_execute(run_id=run.pk)
+    run.refresh_from_db()
+    assert run.status == WhatIfStatus.RUNNING and run.progress == 30 and run.progress_at
+    # Still reporting within the stall time: left alone.
+    soon = run.progress_at + timedelta(minutes=14)
+    assert whatif.whatif_runs_fail_stalled(now=soon) == []
+    later = run.progress_at + timedelta(minutes=16)
+    assert whatif.whatif_runs_fail_stalled(now=later) == [run.pk]
+    run.refresh_from_db()
+    assert run.status == WhatIfStatus.FAILED and run.finished_at == later
+    assert "stopped reporting progress for 15 minutes" in run.error
+    html = client.get(location).content.decode()
+    assert 'data-testid="whatif-failed"' in html and "Start the run again" in html
+    assert "js/what_if.js" not in html  # the page stops polling
+    assert client.get(f"/jobs/what-if/runs/{run.pk}/").json()["status"] == WhatIfStatus.FAILED
+    # The beat task finds nothing more; done, queued and failed runs are never touched.
+    done = WhatIfRun.objects.create(window="7d", policy="fifo", status=WhatIfStatus.DONE)
+    queued = WhatIfRun.objects.create(window="7d", policy="fifo")
+    WhatIfRun.objects.filter(pk__in=[done.pk, queued.pk]).update(
+        created_at=timezone.now() - timedelta(days=1)
+    )
+    assert tasks.what_if_sweep() == []
+    assert set(WhatIfRun.objects.values_list("pk", "status")) == {
+        (run.pk, WhatIfStatus.FAILED), (done.pk, WhatIfStatus.DONE),
+        (queued.pk, WhatIfStatus.QUEUED),
+    }  # fmt: skip
+
+
+def test_a_run_started_before_progress_was_timed_is_swept_by_its_start(platform_admin, settings):
+    from apps.jobs.whatif import whatif_runs_fail_stalled
+
+    settings.JOBS_WHATIF_STALL_MINUTES = 10
+    started = timezone.now() - timedelta(minutes=11)
+    old = WhatIfRun.objects.create(
+        window="7d", policy="fifo", status=WhatIfStatus.RUNNING, started_at=started
+    )
+    fresh = WhatIfRun.objects.create(
+        window="7d", policy="fifo", status=WhatIfStatus.RUNNING, started_at=timezone.now()
+    )
+    assert whatif_runs_fail_stalled() == [old.pk]
+    fresh.refresh_from_db()
+    assert fresh.status == WhatIfStatus.RUNNING
+
+
+def test_a_long_replay_keeps_reporting_progress_between_its_steps():
+    from apps.jobs.scheduler.replay import PROGRESS_EVERY_EVENTS, TraceJob, simulate
+    from apps.jobs.scheduler.state import GpuInfo
+
+    gpus = [GpuInfo(i, "n0", "H100", "n0") for i in range(8)]
+    jobs = [TraceJob(i, float(i), 5.0, 1, "vision") for i in range(3 * PROGRESS_EVERY_EVENTS)]
+    seen: list[float] = []
+    simulate(jobs, gpus, [], "fifo", progress=seen.append)
+    assert len(seen) >= 3 and seen == sorted(seen) and 0 < seen[0] < seen[-1] <= 1

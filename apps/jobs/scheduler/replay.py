@@ -26,6 +26,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from apps.jobs.scheduler.core import Engine, SchedulerConfig, running_from, schedule
@@ -41,6 +42,7 @@ from apps.jobs.scheduler.state import (
 from apps.jobs.scheduler.usage import UsageMeter
 
 SLOWDOWN_FLOOR_SECONDS = 10.0
+PROGRESS_EVERY_EVENTS = 5000
 JOB_COLUMNS = (
     "job_id",
     "team",
@@ -169,12 +171,16 @@ def simulate(
     *,
     incremental: bool = True,
     decisions: list | None = None,
+    progress: Callable[[float], None] | None = None,
 ) -> ReplayResult:
     """Replay ``jobs`` on ``gpus`` under ``policy``; see the module docstring. When given,
-    ``decisions`` receives (time, placements, preemptions) of every cycle that did something."""
+    ``decisions`` receives (time, placements, preemptions) of every cycle that did something,
+    and ``progress`` is told every few thousand events the share of the jobs submitted so far
+    (0 to 1)."""
     config = replace(config or SchedulerConfig(), explain=False)
     arrivals, never_fit = _admissible(jobs, _Fleet(gpus, quotas))
     replay = _Replay(arrivals, gpus, quotas, policy, config, incremental, decisions)
+    replay.progress = progress
     replay.run()
     return replay.finish(jobs, never_fit)
 
@@ -249,6 +255,7 @@ class _Replay:
         self.next_sample = self.first
         self.next_arrival = 0
         self.now = self.first
+        self.progress: Callable[[float], None] | None = None
 
     # -- changes to the queue and the running set ---------------------------------------------
 
@@ -325,6 +332,7 @@ class _Replay:
         return self.next_arrival < len(self.arrivals) or bool(self.ends)
 
     def run(self) -> None:
+        events = 0
         while self.pending_events():
             self.advance()
             self.finish_ended()
@@ -332,6 +340,9 @@ class _Replay:
             if self.queue:
                 self.cycle()
             self.sample()
+            events += 1
+            if self.progress is not None and events % PROGRESS_EVERY_EVENTS == 0:
+                self.progress(self.next_arrival / len(self.arrivals))
 
     def advance(self) -> None:
         """Move the clock to the next arrival or end, charging the time to the teams that

@@ -127,5 +127,6 @@ class Decision:
     preemptions: list[Preemption] = field(default_factory=list)
     pending: list[Pending] = field(default_factory=list)
     # Jobs that start on the GPUs of this cycle's preemptions once those jobs have stopped
-    # (the replayer starts them at once; the live dispatcher places them next cycle).
+    # (the replayer starts them at once; the live dispatcher places them in the cycle after
+    # the victims' nodes confirm the stop, see apps/jobs/dispatch.py).
     after_preemption: list[Placement] = field(default_factory=list)
