@@ -68,6 +68,8 @@ from apps.jobs.scheduler.state import (
 from apps.jobs.scheduler.usage import UsageMeter
 
 POLICIES = ("fairshare", "fifo", "sjf")
+# The class of jobs a placement pass leaves to the other pass.
+_SKIPPED_CLASS = {GUARANTEE: PriorityClass.PREEMPTIBLE, SPARE: PriorityClass.GUARANTEED}
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,8 +154,10 @@ class Engine(PreemptionMixin, ExplainMixin):
         # team -> (class, model, count, same_node) -> sorted [(order key, job id)]
         self.buckets: dict[str, dict[tuple, list[tuple]]] = {}
         self.reservation_jobs: dict[int, QueuedJob] = {}
+        self._heads: dict[str, tuple] = {}  # team -> smallest queue key (see _head_key)
         self.active_bookings: dict[int, list[int]] = {}
-        self._bounds: dict[tuple[str, str], tuple] = {}
+        self._bounds: dict[str, list[tuple]] = {}  # team -> [(model, quota key, g, limit)]
+        self._model_bounds: dict[tuple[str, str], tuple] = {}
         # Bumped by every change of queue or running set; a preemption pass that found
         # nothing is not repeated until something changed or a new victim becomes eligible.
         self.version = 0
@@ -179,7 +183,11 @@ class Engine(PreemptionMixin, ExplainMixin):
             return
         shape = (job.priority_class, job.gpu_model, job.gpu_count, job.same_node)
         entries = self.buckets.setdefault(job.team, {}).setdefault(shape, [])
-        bisect.insort(entries, (self.queue_order(job), job.job_id))
+        key = self.queue_order(job)
+        bisect.insort(entries, (key, job.job_id))
+        head = self._heads.get(job.team)
+        if head is not None and key < head:
+            self._heads[job.team] = key
 
     def dequeue(self, job_id: int) -> QueuedJob:
         self.version += 1
@@ -194,6 +202,8 @@ class Engine(PreemptionMixin, ExplainMixin):
         entry = (self.queue_order(job), job_id)
         k = bisect.bisect_left(entries, entry)
         del entries[k]
+        if self._heads.get(job.team) == entry[0]:
+            del self._heads[job.team]
         if not entries:
             del team[shape]
             if not team:
@@ -212,14 +222,20 @@ class Engine(PreemptionMixin, ExplainMixin):
             self.quotas.used[self.quotas.key(run.team, run.model)] += len(run.gpu_ids)
             if self._is_preemptible(run):
                 self.preemptible.add(run.job_id)
-        spread: dict[str, int] = defaultdict(int)
-        for gid in ids:
-            spread[self.pool.info[gid].node] += 1
-        self.spread[run.job_id] = dict(spread)
-        end = run.started_at + run.max_runtime
-        releases = self.releases[run.model]
-        for _ in run.gpu_ids:
-            bisect.insort(releases, end)
+        info = self.pool.info
+        if len(ids) == 1:
+            self.spread[run.job_id] = {info[ids[0]].node: 1}
+        else:
+            spread: dict[str, int] = {}
+            for gid in ids:
+                node = info[gid].node
+                spread[node] = spread.get(node, 0) + 1
+            self.spread[run.job_id] = spread
+        if self.config.explain:  # release times serve start estimates only
+            end = run.started_at + run.max_runtime
+            releases = self.releases[run.model]
+            for _ in run.gpu_ids:
+                bisect.insort(releases, end)
 
     def remove_running(self, job_id: int) -> RunningJob:
         self.version += 1
@@ -233,12 +249,12 @@ class Engine(PreemptionMixin, ExplainMixin):
             self.quotas.used[self.quotas.key(run.team, run.model)] -= len(run.gpu_ids)
             self.preemptible.discard(job_id)
         del self.spread[job_id]
-        end = run.started_at + run.max_runtime
-        releases = self.releases[run.model]
-        for _ in run.gpu_ids:
+        if self.config.explain:
+            end = run.started_at + run.max_runtime
+            releases = self.releases[run.model]
             k = bisect.bisect_left(releases, end)
-            if k < len(releases) and releases[k] == end:
-                del releases[k]
+            stop = min(bisect.bisect_right(releases, end), k + len(run.gpu_ids))
+            del releases[k:stop]
         return run
 
     def add_bookings(self, bookings: list[Booking], now: float) -> None:
@@ -282,7 +298,8 @@ class Engine(PreemptionMixin, ExplainMixin):
         self.placed_by_team: dict[str, int] = defaultdict(int)
         self.placed_count = 0
         self.explained: dict[int, Pending] = {}
-        self.initial_totals = dict(self.pool.total)
+        if self.config.explain:
+            self.initial_totals = dict(self.pool.total)
         self.restricted = self._gain_mark == self.gained
         if self.reservation_jobs:
             self._reservations()
@@ -299,16 +316,18 @@ class Engine(PreemptionMixin, ExplainMixin):
             mark = self.gained
         if self.config.explain:
             self._explain()
-        self.decision.pending.sort(key=lambda p: p.job_id)
+        if len(self.decision.pending) > 1:
+            self.decision.pending.sort(key=lambda p: p.job_id)
         self._gain_mark = mark
         self._dirty.clear()
         return self.decision
 
     def _teams(self) -> list[str]:
         """Teams that may have a job to place in this cycle (see ``_dirty``)."""
+        # Unsorted: the passes order teams in heaps of (key, team), whatever the input order.
         if self.restricted and self.gained == self._gain_mark:
-            return sorted(t for t in self._dirty if t in self.buckets)
-        return sorted(self.buckets)
+            return [t for t in self._dirty if t in self.buckets]
+        return list(self.buckets)
 
     def _models_for(self, gpu_model: str | None) -> list[str]:
         if gpu_model is not None:
@@ -319,15 +338,36 @@ class Engine(PreemptionMixin, ExplainMixin):
             return self._frozen_models
         return sorted(self.pool.models, key=lambda m: -self.pool.total.get(m, 0))
 
-    def _cap(self, team: str, model: str, mode: str, pclass: PriorityClass) -> int:
+    def _cap(self, team: str, model: str, mode: str, pclass: PriorityClass | None) -> int:
         """GPUs of ``model`` the team may still take in a pass of ``mode``."""
-        bounds = self._bounds.get((team, model))
+        bounds = self._model_bounds.get((team, model))
         if bounds is None:
             key = self.quotas.key(team, model)
             bounds = (key, self.quotas.guaranteed(key), self.quotas.limit(key))
-            self._bounds[(team, model)] = bounds
+            self._model_bounds[(team, model)] = bounds
         key, guaranteed, limit = bounds
         return (guaranteed if mode == GUARANTEE else limit) - self.quotas.used[key]
+
+    def _caps(self, team: str, mode: str) -> dict[str, int] | None:
+        """GPUs of each model the team may still take in a pass of ``mode``; None when it may
+        take none at all."""
+        bounds = self._bounds.get(team)
+        if bounds is None:
+            quotas = self.quotas
+            bounds = self._bounds[team] = [
+                (model, key, quotas.guaranteed(key), quotas.limit(key))
+                for model in self.pool.models
+                for key in (quotas.key(team, model),)
+            ]
+        used = self.quotas.used
+        caps = {}
+        positive = False
+        within_guarantee = mode == GUARANTEE
+        for model, key, guaranteed, limit in bounds:
+            cap = caps[model] = (guaranteed if within_guarantee else limit) - used[key]
+            if cap > 0:
+                positive = True
+        return caps if positive else None
 
     def _candidate(self, team: str, mode: str, *, fitting: bool = True) -> Candidate | None:
         """The team's first queued job (queue order) that the pass may place now: within the
@@ -336,50 +376,49 @@ class Engine(PreemptionMixin, ExplainMixin):
         pool = self.pool
         if not shapes or (fitting and pool.free_count == 0 and pool.booked_count == 0):
             return None
-        caps = {}
-        positive = False
-        for m in pool.models:
-            cap = caps[m] = self._cap(team, m, mode, None)
-            positive = positive or cap > 0
-        if not positive:
+        caps = self._caps(team, mode)
+        if caps is None:
             return None
         room: dict[tuple[str, bool], int] = {}  # (model, same node) -> largest gang that fits
-        skip = PriorityClass.PREEMPTIBLE if mode == GUARANTEE else None
-        if mode == SPARE:
-            skip = PriorityClass.GUARANTEED
-        best: Candidate | None = None
-        best_key = None
-        for shape, entries in shapes.items():
-            pclass, gpu_model, count, same_node = shape
+        skip = _SKIPPED_CLASS.get(mode)
+        # With one model (the common case) every job may run on it.
+        any_model = pool.models if len(pool.models) == 1 else None
+        best: Candidate | None = None  # a backfill candidate (its GPUs found already)
+        best_entries = best_model = best_key = None  # or the head of a bucket that fits
+        for (pclass, gpu_model, count, same_node), entries in shapes.items():
             if pclass == skip:
                 continue
             head_key = entries[0][0]
             if best_key is not None and head_key >= best_key:
                 continue
-            for model in self._models_for(gpu_model):
+            for model in (gpu_model is None and any_model) or self._models_for(gpu_model):
                 if count > caps.get(model, 0):
                     continue
-                if not fitting:
-                    best = Candidate(head_key, self.queued[entries[0][1]], model, None)
-                    best_key = head_key
-                    break
-                if model not in pool.booked or not pool.has_booked(model):
+                if fitting and pool.booked_count and pool.has_booked(model):
+                    if best is None and best_key is not None:
+                        best = self._head_candidate(best_key, best_entries, best_model)
+                    found = self._first_backfill(entries, model, count, same_node, best)
+                    if found is not None:
+                        best, best_key = found, found.key
+                        break
+                    continue
+                if fitting:
                     key = (model, same_node)
                     fits = room.get(key)
                     if fits is None:
                         fits = room[key] = (
                             pool.max_free_on_node(model) if same_node else pool.total[model]
                         )
-                    if count <= fits:
-                        best = Candidate(head_key, self.queued[entries[0][1]], model, None)
-                        best_key = head_key
-                        break
-                    continue
-                found = self._first_backfill(entries, model, count, same_node, best)
-                if found is not None:
-                    best, best_key = found, found.key
-                    break
-        return best
+                    if count > fits:
+                        continue
+                best, best_entries, best_model, best_key = None, entries, model, head_key
+                break
+        if best is not None or best_key is None:
+            return best
+        return self._head_candidate(best_key, best_entries, best_model)
+
+    def _head_candidate(self, key: tuple, entries: list, model: str) -> Candidate:
+        return Candidate(key, self.queued[entries[0][1]], model, None)
 
     def _first_backfill(self, entries, model, count, same_node, best) -> Candidate | None:
         """With booked GPUs in play a shorter job deeper in the bucket may fit where the head
@@ -434,7 +473,14 @@ class Engine(PreemptionMixin, ExplainMixin):
         # Each team enters with a lower bound of its candidate (its oldest queued job); the
         # real candidate is computed when the team comes up, so a cycle with little to place
         # looks at a few teams only.
-        heap = [(key, team) for team in self._teams() if (key := self._head_key(team))]
+        if mode == GUARANTEE:  # teams at their guarantee have nothing to place in this pass
+            heap = [
+                (key, team)
+                for team in self._teams()
+                if (key := self._head_key(team)) and self._caps(team, mode) is not None
+            ]
+        else:
+            heap = [(key, team) for team in self._teams() if (key := self._head_key(team))]
         heapq.heapify(heap)
         while heap and not self.pool.exhausted():
             key, team = heapq.heappop(heap)
@@ -450,9 +496,15 @@ class Engine(PreemptionMixin, ExplainMixin):
                 heapq.heappush(heap, (cand.key, team))
 
     def _head_key(self, team: str) -> tuple | None:
-        """The smallest queue key of the team's jobs: no candidate of it comes earlier."""
-        shapes = self.buckets.get(team)
-        return min(entries[0][0] for entries in shapes.values()) if shapes else None
+        """The smallest queue key of the team's jobs: no candidate of it comes earlier.
+        Kept per team between cycles; enqueue lowers it, dequeuing the head forgets it."""
+        head = self._heads.get(team)
+        if head is None:
+            shapes = self.buckets.get(team)
+            if not shapes:
+                return None
+            head = self._heads[team] = min(entries[0][0] for entries in shapes.values())
+        return head
 
     def _share(self, team: str, job: QueuedJob) -> float:
         return self._share_at(team, job.submitted_at)

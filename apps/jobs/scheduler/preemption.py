@@ -30,18 +30,17 @@ class PreemptionMixin:
         version_before = self.version
         if self.gained == self._gain_mark:
             # No GPU came back: a team that changed nothing keeps its failed candidate.
-            teams = sorted(
+            teams = [
                 t
                 for t in self.buckets
                 if t in self._dirty or self._team_retry.get(t, math.inf) <= self.now
-            )
+            ]
         else:
-            teams = sorted(self.buckets)
+            teams = list(self.buckets)  # the heap below orders them
         heap = [
             (key, team)
             for team in teams
-            if any(self._cap(team, m, GUARANTEE, None) > 0 for m in self.pool.models)
-            and (key := self._head_key(team))
+            if self._caps(team, GUARANTEE) is not None and (key := self._head_key(team))
         ]
         self.eligible = None
         self._next_eligible = math.inf

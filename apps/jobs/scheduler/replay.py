@@ -196,7 +196,8 @@ def _admissible(jobs: list[TraceJob], fleet: _Fleet) -> tuple[list[TraceJob], in
         if key not in fit_cache:
             fit_cache[key] = fleet.fits_ever(j)
         if fit_cache[key]:
-            arrivals.append(replace(j, same_node=not fleet.multi_node(j)))
+            same_node = not fleet.multi_node(j)
+            arrivals.append(j if j.same_node == same_node else replace(j, same_node=same_node))
         else:
             never_fit += 1
     arrivals.sort(key=lambda j: (j.submit, j.job_id))
@@ -206,11 +207,11 @@ def _admissible(jobs: list[TraceJob], fleet: _Fleet) -> tuple[list[TraceJob], in
 class _Replay:
     """The state of one replay and the steps of its event loop.
 
-    ``run`` repeats: ``advance`` to the next arrival or end, ``finish_ended`` jobs, ``admit``
-    arrivals, one scheduling ``cycle``, ``sample`` the queue. ``enqueue``/``start``/``stop``
-    are the only places that change the queue or the running set, so the engine (when
-    incremental), the usage meter and the per-team bookkeeping (GPUs held, jobs queued, time
-    below guarantee) always move together."""
+    ``run`` repeats: advance the clock to the next arrival or end, stop the jobs that ended,
+    admit the arrivals, one scheduling ``cycle``, ``sample`` the queue.
+    ``enqueue``/``start``/``stop`` are the only places that change the queue or the running
+    set, so the engine (when incremental), the usage meter and the per-team bookkeeping (GPUs
+    held, jobs queued, time below guarantee) always move together."""
 
     def __init__(
         self,
@@ -299,8 +300,11 @@ class _Replay:
         j = rec.job
         q = self.queue.pop(j.job_id)
         self.queued_per_team[j.team] -= 1
-        model = self.model_of[placement.gpu_ids[0]]
-        self.running[j.job_id] = running_from(q, placement.gpu_ids, model, at, placement.over_quota)
+        run = self.engine.running.get(j.job_id) if self.engine is not None else None
+        if run is None:  # rebuilt every event: the engine is gone
+            model = self.model_of[placement.gpu_ids[0]]
+            run = running_from(q, placement.gpu_ids, model, at, placement.over_quota)
+        self.running[j.job_id] = run
         rec.attempts += 1
         if rec.first_start is None:
             rec.first_start = at
@@ -328,52 +332,47 @@ class _Replay:
 
     # -- the event loop -----------------------------------------------------------------------
 
-    def pending_events(self) -> bool:
-        return self.next_arrival < len(self.arrivals) or bool(self.ends)
-
     def run(self) -> None:
-        events = 0
-        while self.pending_events():
-            self.advance()
-            self.finish_ended()
-            self.admit()
+        """The event loop; ``advance``, ``finish_ended`` and ``admit`` written out inline, as
+        this loop runs once per event (hundreds of thousands of times for a real trace)."""
+        arrivals = self.arrivals
+        arriving = [self.records[j.job_id] for j in arrivals]
+        count = len(arrivals)
+        ends, records = self.ends, self.records
+        below, below_seconds = self.below, self.below_seconds
+        running, enqueue, stop = self.running, self.enqueue, self.stop
+        heappop, inf = heapq.heappop, math.inf
+        progress, events = self.progress, 0
+        i, now = self.next_arrival, self.now
+        while i < count or ends:
+            # advance: to the next arrival or end, charging the time to teams below guarantee
+            t = arrivals[i].submit if i < count else inf
+            if ends and ends[0][0] < t:
+                t = ends[0][0]
+            if t < now:
+                t = now
+            for team in below:
+                below_seconds[team] += t - now
+            self.now = now = t
+            # finish_ended: ends of earlier attempts (since preempted) are skipped
+            while ends and ends[0][0] <= now:
+                _, job_id, attempt = heappop(ends)
+                rec = records[job_id]
+                if job_id in running and rec.attempts == attempt:
+                    stop(job_id, now)
+                    rec.end = now
+            # admit
+            while i < count and arrivals[i].submit <= now:
+                enqueue(arriving[i])
+                i += 1
+            self.next_arrival = i
             if self.queue:
                 self.cycle()
-            self.sample()
+            if now >= self.next_sample:
+                self.sample()
             events += 1
-            if self.progress is not None and events % PROGRESS_EVERY_EVENTS == 0:
-                self.progress(self.next_arrival / len(self.arrivals))
-
-    def advance(self) -> None:
-        """Move the clock to the next arrival or end, charging the time to the teams that
-        spent it below their guarantee."""
-        candidates = []
-        if self.next_arrival < len(self.arrivals):
-            candidates.append(self.arrivals[self.next_arrival].submit)
-        if self.ends:
-            candidates.append(self.ends[0][0])
-        t = max(self.now, min(candidates))
-        for team in self.below:
-            self.below_seconds[team] += t - self.now
-        self.now = t
-
-    def finish_ended(self) -> None:
-        """Stop the jobs whose current attempt ends by now; ends of earlier attempts (since
-        preempted) are skipped."""
-        while self.ends and self.ends[0][0] <= self.now:
-            _, job_id, attempt = heapq.heappop(self.ends)
-            rec = self.records[job_id]
-            if job_id in self.running and rec.attempts == attempt:
-                self.stop(job_id, self.now)
-                rec.end = self.now
-
-    def admit(self) -> None:
-        while (
-            self.next_arrival < len(self.arrivals)
-            and self.arrivals[self.next_arrival].submit <= self.now
-        ):
-            self.enqueue(self.records[self.arrivals[self.next_arrival].job_id])
-            self.next_arrival += 1
+            if progress is not None and events % PROGRESS_EVERY_EVENTS == 0:
+                progress(i / count)
 
     def cycle(self) -> None:
         decision = self._decide()
