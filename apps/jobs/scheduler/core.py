@@ -158,6 +158,7 @@ class Engine(PreemptionMixin, ExplainMixin):
         self.active_bookings: dict[int, list[int]] = {}
         self._bounds: dict[str, list[tuple]] = {}  # team -> [(model, quota key, g, limit)]
         self._model_bounds: dict[tuple[str, str], tuple] = {}
+        self._caps_cache: dict[tuple[str, str], dict[str, int] | None] = {}
         # Bumped by every change of queue or running set; a preemption pass that found
         # nothing is not repeated until something changed or a new victim becomes eligible.
         self.version = 0
@@ -220,6 +221,7 @@ class Engine(PreemptionMixin, ExplainMixin):
         self.team_gpus[run.team] += len(run.gpu_ids)
         if run.reservation_id is None:
             self.quotas.used[self.quotas.key(run.team, run.model)] += len(run.gpu_ids)
+            self._forget_caps(run.team)
             if self._is_preemptible(run):
                 self.preemptible.add(run.job_id)
         info = self.pool.info
@@ -247,6 +249,7 @@ class Engine(PreemptionMixin, ExplainMixin):
         self.team_gpus[run.team] -= len(run.gpu_ids)
         if run.reservation_id is None:
             self.quotas.used[self.quotas.key(run.team, run.model)] -= len(run.gpu_ids)
+            self._forget_caps(run.team)
             self.preemptible.discard(job_id)
         del self.spread[job_id]
         if self.config.explain:
@@ -279,6 +282,11 @@ class Engine(PreemptionMixin, ExplainMixin):
         for gid, end in first_end.items():
             bisect.insort(self.booking_releases[self.pool.info[gid].model], end)
 
+    def _forget_caps(self, team: str) -> None:
+        cache = self._caps_cache
+        for mode in (GUARANTEE, SPARE, BASELINE):
+            cache.pop((team, mode), None)
+
     def _is_preemptible(self, run: RunningJob) -> bool:
         return run.priority_class != PriorityClass.GUARANTEED and (
             run.over_quota or run.priority_class == PriorityClass.PREEMPTIBLE
@@ -292,6 +300,10 @@ class Engine(PreemptionMixin, ExplainMixin):
         them). Every job queued at the start ends up placed, waiting for a preemption or
         (with ``explain``) pending with a reason."""
         self.now = now
+        if self._nothing_to_do():
+            self._gain_mark = self.gained
+            self._dirty.clear()
+            return Decision()
         self.usage = usage or {}
         self.decision = Decision()
         self.failed: dict[tuple[str, int, bool], float] = {}
@@ -322,6 +334,20 @@ class Engine(PreemptionMixin, ExplainMixin):
         self._dirty.clear()
         return self.decision
 
+    def _nothing_to_do(self) -> bool:
+        """No GPU is free and no reservation job or preemption could start anything, and no
+        explanation is asked for: every pass would return at once (the replayer sees this on
+        most events of a busy day)."""
+        return (
+            self.pool.free_count == 0
+            and self.pool.booked_count == 0
+            and not self.reservation_jobs
+            and not self.config.explain
+            and not (
+                self.policy == "fairshare" and self.config.preemption_enabled and self.preemptible
+            )
+        )
+
     def _teams(self) -> list[str]:
         """Teams that may have a job to place in this cycle (see ``_dirty``)."""
         # Unsorted: the passes order teams in heaps of (key, team), whatever the input order.
@@ -350,7 +376,10 @@ class Engine(PreemptionMixin, ExplainMixin):
 
     def _caps(self, team: str, mode: str) -> dict[str, int] | None:
         """GPUs of each model the team may still take in a pass of ``mode``; None when it may
-        take none at all."""
+        take none at all. Kept until the team's GPUs change (``_caps_cache``)."""
+        cached = self._caps_cache.get((team, mode), False)
+        if cached is not False:
+            return cached
         bounds = self._bounds.get(team)
         if bounds is None:
             quotas = self.quotas
@@ -367,7 +396,8 @@ class Engine(PreemptionMixin, ExplainMixin):
             cap = caps[model] = (guaranteed if within_guarantee else limit) - used[key]
             if cap > 0:
                 positive = True
-        return caps if positive else None
+        result = self._caps_cache[(team, mode)] = caps if positive else None
+        return result
 
     def _candidate(self, team: str, mode: str, *, fitting: bool = True) -> Candidate | None:
         """The team's first queued job (queue order) that the pass may place now: within the
@@ -491,7 +521,7 @@ class Engine(PreemptionMixin, ExplainMixin):
                 heapq.heappush(heap, (cand.key, team))
                 continue
             self._place(cand, self._over(cand, mode))
-            cand = self._candidate(team, mode)
+            cand = self._candidate(team, mode)  # None at once when the pool is exhausted
             if cand is not None:
                 heapq.heappush(heap, (cand.key, team))
 

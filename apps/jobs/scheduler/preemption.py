@@ -78,19 +78,24 @@ class PreemptionMixin:
 
     def _collect_victims(self) -> None:
         cfg = self.config
-        eligible, next_eligible = [], math.inf
+        now, running = self.now, self.running
+        most, min_runtime = cfg.max_preemptions_per_job, cfg.preempt_min_runtime_seconds
+        keyed, loss, next_eligible = [], {}, math.inf
         for j in self.preemptible:
-            r = self.running[j]
-            if r.preemptions >= cfg.max_preemptions_per_job:
+            r = running[j]
+            if r.preemptions >= most:
                 continue
-            ready = r.started_at + cfg.preempt_min_runtime_seconds
-            if r.started_at < self.now and ready <= self.now:
-                eligible.append(r)
+            started = r.started_at
+            ready = started + min_runtime
+            if started < now and ready <= now:
+                lost = loss[j] = self._lost(r)
+                keyed.append((lost, len(r.gpu_ids), -started, j, r))
             else:
-                next_eligible = min(next_eligible, max(ready, r.started_at + 1e-6))
-        self._loss = {r.job_id: self._lost(r) for r in eligible}
-        eligible.sort(key=lambda r: (self._loss[r.job_id], len(r.gpu_ids), -r.started_at, r.job_id))
-        self.eligible = eligible
+                next_eligible = min(next_eligible, max(ready, started + 1e-6))
+        # Least GPU-time lost first, then fewest GPUs, youngest, lowest id (unique).
+        keyed.sort()
+        self._loss = loss
+        self.eligible = [k[4] for k in keyed]
         self._next_eligible = next_eligible
 
     def _preempt_for(self, cand: Candidate) -> bool:
