@@ -503,27 +503,41 @@ class Engine(PreemptionMixin, ExplainMixin):
         # Each team enters with a lower bound of its candidate (its oldest queued job); the
         # real candidate is computed when the team comes up, so a cycle with little to place
         # looks at a few teams only.
+        # A team is in the heap once, as (key, team, candidate found or None).
         if mode == GUARANTEE:  # teams at their guarantee have nothing to place in this pass
             heap = [
-                (key, team)
+                (key, team, None)
                 for team in self._teams()
                 if (key := self._head_key(team)) and self._caps(team, mode) is not None
             ]
         else:
-            heap = [(key, team) for team in self._teams() if (key := self._head_key(team))]
+            heap = [(key, team, None) for team in self._teams() if (key := self._head_key(team))]
         heapq.heapify(heap)
         while heap and not self.pool.exhausted():
-            key, team = heapq.heappop(heap)
-            cand = self._candidate(team, mode)
-            if cand is None:
-                continue
-            if cand.key != key:
-                heapq.heappush(heap, (cand.key, team))
-                continue
+            key, team, cand = heapq.heappop(heap)
+            if cand is None or not self._still_fits(cand):
+                cand = self._candidate(team, mode)
+                if cand is None:
+                    continue
+                if cand.key != key:
+                    heapq.heappush(heap, (cand.key, team, cand))
+                    continue
             self._place(cand, self._over(cand, mode))
             cand = self._candidate(team, mode)  # None at once when the pool is exhausted
             if cand is not None:
-                heapq.heappush(heap, (cand.key, team))
+                heapq.heappush(heap, (cand.key, team, cand))
+
+    def _still_fits(self, cand: Candidate) -> bool:
+        """Whether a candidate found earlier in this pass is still its team's: true when it
+        still fits, as the free GPUs only shrank since (so no earlier job of the team fits
+        now) and the team's queue and quota did not change (only its own placements change
+        them). Without booked GPUs, and for a job whose model cannot change."""
+        pool, job = self.pool, cand.job
+        if pool.booked_count or (job.gpu_model is None and len(pool.models) > 1):
+            return False
+        if job.same_node:
+            return pool.max_free_on_node(cand.model) >= job.gpu_count
+        return pool.total[cand.model] >= job.gpu_count
 
     def _head_key(self, team: str) -> tuple | None:
         """The smallest queue key of the team's jobs: no candidate of it comes earlier.
@@ -554,24 +568,25 @@ class Engine(PreemptionMixin, ExplainMixin):
             return
         # Lower bound: the share with the team's oldest job's aging (queue key = submit time).
         heap = [
-            (self._share_at(team, key[0]), team)
+            (self._share_at(team, key[0]), team, None)
             for team in self._teams()
             if (key := self._head_key(team))
         ]
         heapq.heapify(heap)
         while heap and not self.pool.exhausted():
-            share, team = heapq.heappop(heap)
-            cand = self._candidate(team, SPARE)
-            if cand is None:
-                continue
-            now_share = self._share(team, cand.job)
-            if now_share != share:
-                heapq.heappush(heap, (now_share, team))
-                continue
+            share, team, cand = heapq.heappop(heap)
+            if cand is None or not self._still_fits(cand):
+                cand = self._candidate(team, SPARE)
+                if cand is None:
+                    continue
+                now_share = self._share(team, cand.job)
+                if now_share != share:
+                    heapq.heappush(heap, (now_share, team, cand))
+                    continue
             self._place(cand, self._over(cand, SPARE))
             cand = self._candidate(team, SPARE)
             if cand is not None:
-                heapq.heappush(heap, (self._share(team, cand.job), team))
+                heapq.heappush(heap, (self._share(team, cand.job), team, cand))
 
     # -- preemption --------------------------------------------------------------------------
 
