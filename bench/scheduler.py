@@ -228,7 +228,40 @@ def replay_case(label: str, jobs, gpus, nodes: int, per_node: int) -> dict:
     print("  targets:")
     for name, value, ok in checks:
         print(f"    {name:34s} {value:>24s}  {'met' if ok else 'MISSED'}")
+    spare_orders(jobs, gpus, quotas, ff, floor)
     return {"results": results, "walls": walls, "floor": floor}
+
+
+def spare_orders(jobs, gpus, quotas, ff, floor: float) -> None:
+    """fairshare with the other orders of the spare pool (SchedulerConfig.spare_order), on the
+    fairness targets beside FIFO."""
+    from apps.jobs.scheduler import SchedulerConfig
+    from apps.jobs.scheduler.replay import simulate
+
+    print("  fairshare by spare order: wall (x floor) | JCT / FIFO | Jain (FIFO's) | "
+          "preempt/job | lost | util / FIFO | targets (share: the table above)")  # fmt: skip
+    for order in ("las", "slowdown"):
+        t0 = time.perf_counter()
+        r = simulate(jobs, gpus, quotas, "fairshare", SchedulerConfig(spare_order=order))
+        wall = time.perf_counter() - t0
+        ok = (
+            r.avg_jct <= 0.8 * ff.avg_jct
+            and r.jain_fairness >= ff.jain_fairness
+            and r.preemptions <= 0.05 * r.jobs
+            and r.gpu_hours_lost <= 0.02 * r.gpu_hours_delivered
+            and r.utilization >= 0.95 * ff.utilization
+        )
+        slowdown = " ".join(f"{t}={v:,.0f}" for t, v in r.team_avg_slowdown.items())
+        print(
+            f"    {order:9s} {wall:5.1f} s ({wall / floor:5.2f}x) | "
+            f"{r.avg_jct / ff.avg_jct:.3f} | {r.jain_fairness:.3f} ({ff.jain_fairness:.3f}) | "
+            f"{r.preemptions / max(1, r.jobs):.4f} | "
+            f"{r.gpu_hours_lost / max(1e-9, r.gpu_hours_delivered):.2%} | "
+            f"{r.utilization / ff.utilization:.3f} | "
+            f"{'all targets met' if ok else 'a target MISSED'}"
+        )
+        if len(r.team_avg_slowdown) <= 6:
+            print(f"      per-team slowdown: {slowdown}")
 
 
 def bench_replay(max_jobs: int, seed: int) -> None:

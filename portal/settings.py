@@ -455,6 +455,9 @@ JOBS_KILL_GRACE_SECONDS = 30
 # A dispatched job whose node has not reported it started after this is requeued.
 JOBS_START_TIMEOUT_SECONDS = 300
 JOBS_SCHEDULER_POLICY = "fairshare"
+# Order of the GPUs above the teams' guarantees: share (lowest weighted fair share first), las
+# (least attained service first) or slowdown (highest response ratio first).
+JOBS_SPARE_ORDER = env.str("JOBS_SPARE_ORDER", default="share")
 # Fair share weighs past GPU use with this half-life.
 JOBS_USAGE_HALF_LIFE_SECONDS = 7 * 24 * 3600
 JOBS_SCHEDULE_SECONDS = 5

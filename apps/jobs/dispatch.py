@@ -103,6 +103,15 @@ def gpu_info(gpu: Gpu) -> GpuInfo:
     )
 
 
+def _attained_gpu_seconds() -> dict[int, float]:
+    """GPU-seconds each waiting job ran in its earlier attempts (requeued or preempted)."""
+    attained: dict[int, float] = {}
+    rows = JobAllocation.objects.filter(job__status__in=WAITING_STATUSES, end__isnull=False)
+    for job_id, start, end in rows.values_list("job_id", "start", "end"):
+        attained[job_id] = attained.get(job_id, 0.0) + max(0.0, (end - start).total_seconds())
+    return attained
+
+
 def build_state(*, now: datetime) -> ClusterState:
     """What the scheduler sees now. Schedulable GPUs are active, healthy, on an up node (not
     drained, not in a maintenance window now), whole (MIG devices are not offered to jobs)."""
@@ -153,6 +162,7 @@ def build_state(*, now: datetime) -> ClusterState:
                 preemptions=job.preemption_count,
             )
         )
+    attained = _attained_gpu_seconds()
     queued = [
         QueuedJob(
             job_id=job.pk,
@@ -166,6 +176,7 @@ def build_state(*, now: datetime) -> ClusterState:
             reservation_id=job.reservation_id,
             checkpointable=job.checkpointable,
             preemptions=job.preemption_count,
+            attained=attained.get(job.pk, 0.0),
         )
         for job in Job.objects.filter(status__in=WAITING_STATUSES)
         .select_related("team", "gpu_model")
@@ -197,6 +208,7 @@ def run_scheduler(state: ClusterState) -> Decision:
     config = SchedulerConfig(
         usage_half_life_seconds=float(settings.JOBS_USAGE_HALF_LIFE_SECONDS),
         grace_seconds=float(settings.JOBS_KILL_GRACE_SECONDS),
+        spare_order=settings.JOBS_SPARE_ORDER,
         **_preemption_settings(),
     )
     return schedule(state, settings.JOBS_SCHEDULER_POLICY, config)

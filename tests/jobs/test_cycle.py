@@ -214,3 +214,27 @@ def test_a_job_waiting_for_a_preemption_starts_the_cycle_after_the_node_confirms
     assert set(JobAllocation.objects.filter(job=waiting).values_list("gpu_id", flat=True)) == (
         over_gpus
     )
+
+
+def test_state_gives_a_requeued_job_the_gpu_seconds_it_ran_and_the_spare_order_setting(
+    member, team, h100, quotas, sent, settings, monkeypatch
+):
+    job = _submit(member, team, gpu_model=h100, gpu_count=2)
+    other = _submit(member, team, gpu_model=h100, gpu_count=1)
+    assert sorted(dispatch.schedule_cycle().placed) == [job.pk, other.pk]
+    # The first attempt ran 1,000 s on 2 GPUs, then its node was lost: requeued.
+    start = timezone.now() - timedelta(seconds=1000)
+    JobAllocation.objects.filter(job=job).update(start=start, end=start + timedelta(seconds=1000))
+    Job.objects.filter(pk=job.pk).update(status=JobStatus.REQUEUED)
+    Job.objects.filter(pk=other.pk).update(status=JobStatus.RUNNING)
+    queued = {q.job_id: q for q in dispatch.build_state(now=timezone.now()).queued}
+    assert set(queued) == {job.pk}  # the running job is not queued and counts for nothing
+    assert queued[job.pk].attained == pytest.approx(2000.0)
+    seen = {}
+    settings.JOBS_SPARE_ORDER = "las"
+    monkeypatch.setattr(
+        "apps.jobs.scheduler.schedule",
+        lambda state, policy, config: seen.setdefault("order", config.spare_order) and Decision(),
+    )
+    dispatch.schedule_cycle()
+    assert seen == {"order": "las"}

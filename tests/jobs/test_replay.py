@@ -47,6 +47,19 @@ def test_generic_trace_with_named_columns(tmp_path):
     assert results["fifo"]["p95_wait"] == pytest.approx(3600, abs=60)
 
 
+def test_spare_order_option_is_passed_to_the_replay_and_checked(tmp_path):
+    trace = tmp_path / "jobs.csv"
+    trace.write_text("submit,duration,gpus,team\n0,3600,8,a\n0,60,4,b\n0,3600,4,c\n")
+    for order in ("share", "las", "slowdown"):
+        call_command("replay_trace", str(trace), "--fleet", "1x8:H100", "--spare-order", order,
+                     "--out", str(tmp_path), stdout=StringIO())  # fmt: skip
+        results = json.loads((tmp_path / "replay.json").read_text())["results"]
+        assert results["fairshare"]["finished"] == 3
+    with pytest.raises(CommandError, match="invalid choice"):
+        call_command("replay_trace", str(trace), "--fleet", "1x8:H100", "--spare-order", "lifo",
+                     "--out", str(tmp_path), stdout=StringIO())  # fmt: skip
+
+
 def test_bad_rows_are_counted_by_reason_with_line_numbers(tmp_path):
     trace = tmp_path / "jobs.csv"
     trace.write_text(

@@ -64,6 +64,43 @@ def test_incremental_and_rebuild_every_event_make_identical_decisions(trace, pol
     assert a.finished + a.never_fit == len(jobs)
 
 
+@settings(max_examples=60, deadline=None)
+@given(traces(), st.sampled_from(["las", "slowdown"]))
+def test_other_spare_orders_also_decide_the_same_incrementally(trace, spare_order):
+    jobs, gpus, quotas = trace
+    config = SchedulerConfig(
+        preempt_min_runtime_seconds=600, preempt_max_lost_ratio=4.0, spare_order=spare_order
+    )
+    kept, rebuilt = [], []
+    a = simulate(jobs, gpus, quotas, "fairshare", config, decisions=kept)
+    b = simulate(jobs, gpus, quotas, "fairshare", config, incremental=False, decisions=rebuilt)
+    assert kept == rebuilt and a.job_rows == b.job_rows
+
+
+def test_a_preempted_job_queues_again_with_the_gpu_seconds_it_ran(monkeypatch):
+    """What "las" orders by: the replay hands the engine each requeued job's attained
+    service (4 GPUs x the 1,000 s it ran before its preemption)."""
+    from apps.jobs.scheduler import core
+
+    gpus = parse_fleet("1x4:A")
+    quotas = [TeamQuota("vision", "A", 2, 4), TeamQuota("nlp", "A", 2, 4)]
+    jobs = [TraceJob(1, 0, 20000, 4, "nlp"), TraceJob(2, 1000, 600, 2, "vision")]
+    config = SchedulerConfig(
+        preempt_min_runtime_seconds=600, preempt_max_lost_ratio=4.0, spare_order="las"
+    )
+    seen: dict[int, list[float]] = {}
+    enqueue = core.Engine.enqueue
+
+    def spy(self, job):
+        seen.setdefault(job.job_id, []).append(job.attained)
+        enqueue(self, job)
+
+    monkeypatch.setattr(core.Engine, "enqueue", spy)
+    result = simulate(jobs, gpus, quotas, "fairshare", config)
+    assert result.preemptions == 1
+    assert seen == {1: [0.0, 4000.0], 2: [0.0]}
+
+
 def test_property_test_traces_do_preempt():
     """The random traces above reach the preemption paths (else the comparison is weak)."""
     gpus = parse_fleet("1x4:A")

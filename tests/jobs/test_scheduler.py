@@ -144,6 +144,34 @@ def test_unlabelled_nodes_keep_the_fewest_nodes_choice():
     assert {gpus[g].node for g in placed(schedule(state))[1]} == {"n0", "n2"}
 
 
+def spare_decision(order: str, queued: list[QueuedJob], usage=None):
+    """One free GPU, both teams above their guarantee (0): the spare pool decides."""
+    state = ClusterState(
+        NOW, fleet(1, 1), queued, quotas=quotas(g=0, limit=8), usage=usage or {}
+    )
+    return set(placed(schedule(state, config=SchedulerConfig(spare_order=order))))
+
+
+def test_spare_pool_orders_share_las_and_slowdown():
+    # vision's job ran an hour before it was requeued; nlp's is fresh and submitted later.
+    requeued = job(1, "vision", age=3600, runtime=7200, attained=3600.0)
+    fresh = job(2, "nlp", age=600, runtime=7200)
+    assert spare_decision("share", [requeued, fresh]) == {1}  # equal shares: aging, oldest
+    assert spare_decision("las", [requeued, fresh]) == {2}  # least attained service first
+    # slowdown: a 10-minute job waiting 20 minutes (ratio 3) beats a 2-hour job waiting an
+    # hour (ratio 1.5), and beats the lower share of its team.
+    long_wait = job(3, "vision", age=3600, runtime=7200)
+    short = job(4, "nlp", age=1200, runtime=600)
+    heavy = {"nlp": 512 * 7 * 24 * 3600.0}  # nlp used the fleet a whole week
+    assert spare_decision("share", [long_wait, short], heavy) == {3}
+    assert spare_decision("slowdown", [long_wait, short], heavy) == {4}
+
+
+def test_unknown_spare_order_is_refused():
+    with pytest.raises(ValueError, match="spare order"):
+        schedule(ClusterState(NOW, fleet(1, 1), []), config=SchedulerConfig(spare_order="lifo"))
+
+
 def test_backfill_before_a_future_booking():
     gpus = fleet(1, 4)
     bookings = [Booking(7, "nlp", g, NOW + 3600, NOW + 7200) for g in range(4)]

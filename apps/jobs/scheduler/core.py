@@ -68,6 +68,7 @@ from apps.jobs.scheduler.state import (
 from apps.jobs.scheduler.usage import UsageMeter
 
 POLICIES = ("fairshare", "fifo", "sjf")
+SPARE_ORDERS = ("share", "las", "slowdown")  # see SchedulerConfig.spare_order
 # The class of jobs a placement pass leaves to the other pass.
 _SKIPPED_CLASS = {GUARANTEE: PriorityClass.PREEMPTIBLE, SPARE: PriorityClass.GUARANTEED}
 
@@ -80,6 +81,13 @@ class SchedulerConfig:
     usage_half_life_seconds: float = 7 * 24 * 3600.0
     # Each hour a job waits lowers its team's effective share by this much (aging).
     aging_per_hour: float = 0.05
+    # Order of the spare (over-guarantee) pool in ``fairshare``: "share", the team with the
+    # lowest weighted share first (see step 3); "las", least attained service first (the job
+    # that has run the fewest GPU-seconds in earlier attempts, then queue order; as in
+    # Tiresias); "slowdown", the team whose next job has waited longest relative to its
+    # runtime first (highest response ratio (wait + runtime) / runtime, as in HRRN and
+    # Themis' finish-time fairness), which evens out the teams' slowdown.
+    spare_order: str = "share"
     preemption_enabled: bool = True
     # A job runs at least this long before it may be preempted (Slurm's PreemptExemptTime).
     preempt_min_runtime_seconds: float = 1800.0
@@ -136,6 +144,11 @@ class Engine(PreemptionMixin, ExplainMixin):
             raise ValueError(f"Unknown policy {policy!r}; choose one of {', '.join(POLICIES)}.")
         self.policy = policy
         self.config = config or SchedulerConfig()
+        if self.config.spare_order not in SPARE_ORDERS:
+            raise ValueError(
+                f"Unknown spare order {self.config.spare_order!r}; choose one of "
+                f"{', '.join(SPARE_ORDERS)}."
+            )
         self.pool = FreePool(gpus)
         self.quotas = QuotaBook(quotas, self.config.default_limit)
         self.order = _order_key(policy)
@@ -563,15 +576,29 @@ class Engine(PreemptionMixin, ExplainMixin):
         return (history + now_share) / weight - aging * (self.now - submitted_at)
 
     def _spare(self) -> None:
-        """Weighted fair share of the GPUs left: lowest effective share first."""
+        """The GPUs left, in ``config.spare_order``: by default the lowest effective share
+        first (weighted fair share)."""
         if self.pool.exhausted():
             return
-        # Lower bound: the share with the team's oldest job's aging (queue key = submit time).
-        heap = [
-            (self._share_at(team, key[0]), team, None)
-            for team in self._teams()
-            if (key := self._head_key(team))
-        ]
+        order = self.config.spare_order
+        if order == "share":
+            # Lower bound: the share with the oldest job's aging (queue key = submit time).
+            heap = [
+                (self._share_at(team, key[0]), team, None)
+                for team in self._teams()
+                if (key := self._head_key(team))
+            ]
+        elif order == "las":
+            # Lower bound: nothing run yet, the oldest job.
+            heap = [
+                ((0.0, key), team, None) for team in self._teams() if (key := self._head_key(team))
+            ]
+        else:
+            heap = [
+                (self._spare_key(team, cand), team, cand)
+                for team in self._teams()
+                if (cand := self._candidate(team, SPARE)) is not None
+            ]
         heapq.heapify(heap)
         while heap and not self.pool.exhausted():
             share, team, cand = heapq.heappop(heap)
@@ -579,14 +606,25 @@ class Engine(PreemptionMixin, ExplainMixin):
                 cand = self._candidate(team, SPARE)
                 if cand is None:
                     continue
-                now_share = self._share(team, cand.job)
+                now_share = self._spare_key(team, cand)
                 if now_share != share:
                     heapq.heappush(heap, (now_share, team, cand))
                     continue
             self._place(cand, self._over(cand, SPARE))
             cand = self._candidate(team, SPARE)
             if cand is not None:
-                heapq.heappush(heap, (self._share(team, cand.job), team, cand))
+                heapq.heappush(heap, (self._spare_key(team, cand), team, cand))
+
+    def _spare_key(self, team: str, cand: Candidate):
+        """Where the team's candidate stands in the spare pool (lowest first)."""
+        order = self.config.spare_order
+        job = cand.job
+        if order == "share":
+            return self._share_at(team, job.submitted_at)
+        if order == "las":
+            return (job.attained, cand.key)
+        runtime = max(job.max_runtime, 10.0)
+        return -(self.now - job.submitted_at + runtime) / runtime
 
     # -- preemption --------------------------------------------------------------------------
 
@@ -661,6 +699,7 @@ def schedule(
 
 __all__ = [
     "POLICIES",
+    "SPARE_ORDERS",
     "Engine",
     "SchedulerConfig",
     "UsageMeter",

@@ -160,6 +160,7 @@ class _JobRecord:
     end: float | None = None
     lost: float = 0.0
     done: float = 0.0  # work kept from earlier attempts (checkpointable jobs)
+    attained: float = 0.0  # GPU-seconds run in all attempts so far
 
 
 def simulate(
@@ -285,6 +286,7 @@ class _Replay:
             None,
             j.checkpointable,
             rec.preemptions,
+            rec.attained,
         )
 
     def enqueue(self, rec: _JobRecord) -> None:
@@ -402,6 +404,7 @@ class _Replay:
             r = self.stop(pre.job_id, now)
             rec = self.records[pre.job_id]
             rec.preemptions += 1
+            rec.attained += len(r.gpu_ids) * (now - r.started_at)
             if rec.job.checkpointable:
                 rec.done += now - r.started_at
             else:

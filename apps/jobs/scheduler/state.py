@@ -76,6 +76,8 @@ class QueuedJob:
     reservation_id: int | None = None  # run inside this reservation's GPUs only
     checkpointable: bool = False
     preemptions: int = 0
+    # GPU-seconds it ran in earlier attempts (the spare pool's "las" order serves least first)
+    attained: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,7 @@ import plotly.graph_objects as go
 from django.core.management.base import BaseCommand, CommandError
 from plotly.subplots import make_subplots
 
-from apps.jobs.scheduler import POLICIES
+from apps.jobs.scheduler import POLICIES, SPARE_ORDERS, SchedulerConfig
 from apps.jobs.scheduler.replay import format_table, simulate, write_job_rows
 from apps.jobs.scheduler.trace import (
     TraceError,
@@ -53,6 +53,14 @@ class Command(BaseCommand):
         fleet.add_argument("--fleet", help='nodes x GPUs : model, e.g. "4x8:H100,2x4:L40S"')
         fleet.add_argument("--fleet-csv", help="node list CSV (Alibaba openb node list)")
         parser.add_argument("--policy", choices=sorted(POLICIES), default="fairshare")
+        parser.add_argument(
+            "--spare-order",
+            choices=SPARE_ORDERS,
+            default="share",
+            help="fairshare: order of the GPUs above the guarantees (share: lowest weighted "
+            "share first; las: least attained service first; slowdown: highest response ratio "
+            "first)",
+        )
         parser.add_argument("--quotas", help="CSV team,model,guaranteed,limit (default: equal)")
         parser.add_argument("--helios-quotas", help="Helios VC quota CSV, scaled to the fleet")
         parser.add_argument("--limit", type=int, help="replay only the first N jobs")
@@ -85,7 +93,8 @@ class Command(BaseCommand):
             f"{len(loaded.jobs):,} jobs, {len(gpus):,} GPUs, teams {', '.join(teams)}; "
             f"rows adjusted or skipped: {loaded.describe()}"
         )
-        results = {name: simulate(loaded.jobs, gpus, quotas, name) for name in policies}
+        config = SchedulerConfig(spare_order=options["spare_order"])
+        results = {name: simulate(loaded.jobs, gpus, quotas, name, config) for name in policies}
         self.stdout.write(format_table(results))
         out = Path(options["out"])
         out.mkdir(parents=True, exist_ok=True)
