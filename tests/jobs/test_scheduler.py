@@ -146,9 +146,7 @@ def test_unlabelled_nodes_keep_the_fewest_nodes_choice():
 
 def spare_decision(order: str, queued: list[QueuedJob], usage=None):
     """One free GPU, both teams above their guarantee (0): the spare pool decides."""
-    state = ClusterState(
-        NOW, fleet(1, 1), queued, quotas=quotas(g=0, limit=8), usage=usage or {}
-    )
+    state = ClusterState(NOW, fleet(1, 1), queued, quotas=quotas(g=0, limit=8), usage=usage or {})
     return set(placed(schedule(state, config=SchedulerConfig(spare_order=order))))
 
 
