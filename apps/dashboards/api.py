@@ -66,6 +66,7 @@ class IdleView(DashboardView):
         return {
             "figures": data["figures"],
             "state_counts": data["state_counts"],
+            "signal_counts": data["signal_counts"],
             "by_kind": [
                 {**row, "cost": str(row["cost"]) if row["cost"] is not None else None}
                 for row in data["by_kind"]

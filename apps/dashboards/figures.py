@@ -8,6 +8,7 @@ import plotly.graph_objects as go
 
 from apps.dashboards import selectors
 from apps.dashboards.selectors import UNALLOCATED, Filters
+from apps.telemetry.choices import ActivitySignal
 from portal.plotting import GREY, LAYOUT, PALETTE, TIME_AXIS, figure_json  # noqa: F401
 
 # Above this many points a line is drawn with WebGL (scattergl).
@@ -19,6 +20,10 @@ STATE_LABELS = {
     UNALLOCATED: "Unallocated",
     "held_other": "Held by another team",
     "unhealthy": "Unhealthy or drained",
+}
+SIGNAL_LABELS = {
+    ActivitySignal.SM_ACTIVE: "SM activity (GPM)",
+    ActivitySignal.UTIL: "utilization %",
 }
 STATE_COLOURS = {
     "busy": "#009E73",
@@ -137,8 +142,10 @@ def idle(filters: Filters) -> dict:
     for s in states:
         row, col = nodes.index(s["node"]), s["index"]
         z[row][col] = codes[s["state"]]
-        text[row][col] = f"{s['node']}/gpu{s['index']} {s['model']}: {STATE_LABELS[s['state']]}" + (
-            f" ({s['team']})" if s["team"] else ""
+        text[row][col] = (
+            f"{s['node']}/gpu{s['index']} {s['model']}: {STATE_LABELS[s['state']]}"
+            + (f" ({s['team']})" if s["team"] else "")
+            + (f", judged on {SIGNAL_LABELS[s['signal']]}" if s["signal"] else "")
         )
     n = len(STATE_ORDER)
     colourscale = []
@@ -203,6 +210,13 @@ def idle(filters: Filters) -> dict:
         "state_counts": {s: sum(1 for x in states if x["state"] == s) for s in STATE_ORDER},
         "state_legend": [
             (s, STATE_LABELS[s], sum(1 for x in states if x["state"] == s)) for s in STATE_ORDER
+        ],
+        "signal_counts": {
+            signal: sum(1 for x in states if x["signal"] == signal) for signal in SIGNAL_LABELS
+        },
+        "signal_legend": [
+            (label, sum(1 for x in states if x["signal"] == signal))
+            for signal, label in SIGNAL_LABELS.items()
         ],
         "has_idle": bool(hours["series"]),
         "by_kind": by_kind,

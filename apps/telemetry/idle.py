@@ -9,23 +9,42 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Count, Max
+from django.db.models import Count, Q
 from django.utils import timezone
 
 from apps.fleet.models import Gpu
 from apps.reservations.choices import ReservationStatus
 from apps.reservations.models import Reservation, ReservationGpu
 from apps.reservations.services import notify_team, reservation_release
-from apps.telemetry.choices import IdleKind
+from apps.telemetry.choices import ActivitySignal, IdleKind
 from apps.telemetry.models import GpuMinuteRollup, IdleInterval, IdleWarning
 from portal.formatting import format_when
 
 COVERAGE = 0.8  # share of the window's minutes that must have telemetry to call a GPU idle
 
 
-def _idle_over(gpu_ids: list[int], start: datetime, end: datetime) -> bool:
-    """True when every GPU reported for most of [start, end) and never reached the threshold.
-    Missing telemetry is never taken for idleness."""
+def idle_minute_q() -> Q:
+    """A minute rollup in which its GPU sat idle: SM activity below IDLE_SM_ACTIVE_PERCENT
+    where the GPU reports GPM metrics, peak utilization below IDLE_UTIL_PERCENT otherwise."""
+    return Q(sm_active_avg__lt=settings.IDLE_SM_ACTIVE_PERCENT) | Q(
+        sm_active_avg__isnull=True, util_max__lt=settings.IDLE_UTIL_PERCENT
+    )
+
+
+def idle_threshold_text(signals: set[str]) -> str:
+    """ "SM activity below 5%", "utilization below 5%", or both, for the signals judged on."""
+    parts = []
+    if ActivitySignal.SM_ACTIVE in signals:
+        parts.append(f"SM activity below {settings.IDLE_SM_ACTIVE_PERCENT:g}%")
+    if ActivitySignal.UTIL in signals or not parts:
+        parts.append(f"utilization below {settings.IDLE_UTIL_PERCENT}%")
+    return " / ".join(parts)
+
+
+def _idle_over(gpu_ids: list[int], start: datetime, end: datetime) -> set[str] | None:
+    """The signals the GPUs were judged idle on, when every GPU reported for most of
+    [start, end) and never reached the threshold of its signal; None when not idle. Missing
+    telemetry is never taken for idleness."""
     minutes = max(1, int((end - start).total_seconds() // 60))
     stats = {
         row["gpu_id"]: row
@@ -33,21 +52,29 @@ def _idle_over(gpu_ids: list[int], start: datetime, end: datetime) -> bool:
             gpu_id__in=gpu_ids, bucket__gte=start, bucket__lt=end
         )
         .values("gpu_id")
-        .annotate(minutes=Count("id"), peak=Max("util_max"))
+        .annotate(
+            minutes=Count("id"),
+            idle_minutes=Count("id", filter=idle_minute_q()),
+            gpm_minutes=Count("sm_active_avg"),
+        )
     }
+    signals = set()
     for gpu_id in gpu_ids:
         row = stats.get(gpu_id)
         if row is None or row["minutes"] < COVERAGE * minutes:
-            return False
-        if row["peak"] is None or row["peak"] >= settings.IDLE_UTIL_PERCENT:
-            return False
-    return True
+            return None
+        if row["idle_minutes"] < row["minutes"]:
+            return None
+        signals.add(ActivitySignal.SM_ACTIVE if row["gpm_minutes"] else ActivitySignal.UTIL)
+    return signals
 
 
 def idle_bookings_check(*, now: datetime | None = None) -> dict[str, int]:
     """Warn teams whose active bookings sit idle; release those still idle after the grace.
 
-    Idle: every GPU of the booking below IDLE_UTIL_PERCENT for the last IDLE_WINDOW_MINUTES
+    Idle: every GPU of the booking below its threshold (SM activity under
+    IDLE_SM_ACTIVE_PERCENT where it reports GPM, utilization under IDLE_UTIL_PERCENT otherwise)
+    for the last IDLE_WINDOW_MINUTES
     (or, for a booking younger than that, since it started, once IDLE_NO_SHOW_MINUTES passed:
     a no-show). Teams with idle reclaim off are never warned or released."""
     now = now or timezone.now()
@@ -65,11 +92,13 @@ def idle_bookings_check(*, now: datetime | None = None) -> dict[str, int]:
             reservation.holdings.filter(active=True, end__gt=now).values_list("gpu_id", flat=True)
         )
         warning = IdleWarning.objects.filter(reservation=reservation).first()
-        if not gpu_ids or not _idle_over(gpu_ids, since, _minute(now)):
+        signals = _idle_over(gpu_ids, since, _minute(now)) if gpu_ids else None
+        if signals is None:
             if warning:
                 warning.delete()
                 result["cleared"] += 1
             continue
+        below = idle_threshold_text(signals)
         grace = timedelta(
             minutes=reservation.team.idle_grace_minutes or settings.IDLE_GRACE_MINUTES
         )
@@ -78,13 +107,12 @@ def idle_bookings_check(*, now: datetime | None = None) -> dict[str, int]:
                 IdleWarning.objects.create(
                     reservation=reservation,
                     warned_at=now,
-                    reason=f"below {settings.IDLE_UTIL_PERCENT}% since "
-                    f"{format_when(since, 'time')}",
+                    reason=f"{below} since {format_when(since, 'time')}"[:200],
                 )
                 notify_team(
                     reservation,
                     f"GPU reservation #{reservation.pk} is idle",
-                    f"{reservation} has used its GPUs below {settings.IDLE_UTIL_PERCENT}% since "
+                    f"{reservation} has kept its GPUs at {below} since "
                     f"{format_when(since)}. Unless they get busy, it is released in "
                     f"{int(grace.total_seconds() // 60)} minutes so others can use them.\n",
                 )
@@ -92,7 +120,7 @@ def idle_bookings_check(*, now: datetime | None = None) -> dict[str, int]:
         elif now - warning.warned_at >= grace:
             reservation_release(
                 reservation=reservation,
-                reason=f"idle: GPUs below {settings.IDLE_UTIL_PERCENT}% since "
+                reason=f"idle: GPUs at {below} since "
                 f"{format_when(since)} and after a warning at "
                 f"{format_when(warning.warned_at, 'time')}",
             )
@@ -107,7 +135,8 @@ def _minute(moment: datetime) -> datetime:
 def idle_intervals_update(*, now: datetime | None = None) -> dict[str, int]:
     """Extend (or open) the idle intervals with the minute that just ended.
 
-    held_idle: a GPU in an active booking whose last minute stayed below the threshold.
+    held_idle: a GPU in an active booking whose last minute stayed below the threshold (SM
+    activity where the GPU reports it, utilization otherwise: `idle_minute_q`).
     unallocated: a schedulable GPU nobody holds."""
     end = _minute(now or timezone.now())
     start = end - timedelta(minutes=1)
@@ -121,9 +150,9 @@ def idle_intervals_update(*, now: datetime | None = None) -> dict[str, int]:
         ).values_list("gpu_id", "reservation__team_id", "reservation_id")
     }
     idle_minute = set(
-        GpuMinuteRollup.objects.filter(
-            bucket=start, gpu_id__in=held, util_max__lt=settings.IDLE_UTIL_PERCENT
-        ).values_list("gpu_id", flat=True)
+        GpuMinuteRollup.objects.filter(idle_minute_q(), bucket=start, gpu_id__in=held).values_list(
+            "gpu_id", flat=True
+        )
     )
     current: list[tuple[int, str, int | None, int | None]] = [
         (gpu_id, IdleKind.HELD_IDLE, *held[gpu_id]) for gpu_id in idle_minute

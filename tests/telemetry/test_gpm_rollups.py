@@ -4,12 +4,22 @@ minute and hour rollups; busy time follows SM activity where a GPU reports it.""
 from datetime import timedelta
 
 import pytest
+from django.core import mail
 
-from apps.telemetry.choices import ActivitySignal
-from apps.telemetry.ingest import telemetry_ingest
-from apps.telemetry.models import GpuHourRollup, GpuMinuteRollup, GpuSample, activity_signal
+from apps.telemetry.choices import ActivitySignal, IdleKind
+from apps.telemetry.idle import idle_bookings_check, idle_intervals_update
+from apps.telemetry.ingest import store_samples, telemetry_ingest
+from apps.telemetry.models import (
+    GpuHourRollup,
+    GpuMinuteRollup,
+    GpuSample,
+    IdleInterval,
+    IdleWarning,
+    activity_signal,
+)
 from apps.telemetry.rollups import rollup_hours, rollup_minutes
 from tests.telemetry.conftest import batch, sample
+from tests.telemetry.test_rollups_idle import _active_booking
 
 pytestmark = pytest.mark.django_db
 
@@ -128,3 +138,69 @@ def test_hour_rollup_weights_gpm_by_samples_and_sql_matches_portable(node_gpus, 
             assert [x for x in g[2:] if x is not None] == pytest.approx(
                 [x for x in w[2:] if x is not None]
             )
+
+
+def _feed_gpm(gpus, start, minutes, *, util, sm):
+    """Samples every 15 s; sm(gpu) None: a GPU without GPM."""
+    rows = [
+        (
+            gpu.id,
+            start + timedelta(seconds=15 * i),
+            util,
+            5,
+            1000,
+            300.0,
+            50,
+            1,
+            sm(gpu),
+            1.0,
+            0.0,
+            2.0,
+        )
+        for gpu in gpus
+        for i in range(minutes * 4)
+    ]
+    store_samples(rows)
+    rollup_minutes(start=start, end=start + timedelta(minutes=minutes))
+
+
+def test_tiny_kernels_at_full_utilization_are_idle_by_sm_activity(
+    fleet, member, quotas, h100, now, django_capture_on_commit_callbacks
+):
+    reservation = _active_booking(member, quotas, h100, now)
+    gpus = [h.gpu for h in reservation.holdings.all()]
+    minute = now.replace(second=0, microsecond=0)
+    _feed_gpm(gpus, minute - timedelta(minutes=40), 40, util=100, sm=lambda gpu: 1.0)
+    with django_capture_on_commit_callbacks(execute=True):
+        assert idle_bookings_check(now=now)["warned"] == 1
+    warning = IdleWarning.objects.get(reservation=reservation)
+    assert warning.reason.startswith("SM activity below 5%")
+    assert "SM activity below 5%" in mail.outbox[0].body
+    idle_intervals_update(now=minute)
+    held = IdleInterval.objects.filter(kind=IdleKind.HELD_IDLE)
+    assert {i.gpu_id for i in held} == {g.id for g in gpus}
+
+
+def test_busy_sms_keep_a_booking_and_gpus_without_gpm_use_utilization(
+    fleet, member, quotas, h100, now, settings
+):
+    reservation = _active_booking(member, quotas, h100, now)
+    first, second = [h.gpu for h in reservation.holdings.order_by("gpu_id")]
+    minute = now.replace(second=0, microsecond=0)
+    start = minute - timedelta(minutes=40)
+    # first: real work on the SMs; second: no GPM, utilization 100 %
+    _feed_gpm([first], start, 40, util=100, sm=lambda gpu: 40.0)
+    _feed_gpm([second], start, 40, util=100, sm=lambda gpu: None)
+    assert idle_bookings_check(now=now)["warned"] == 0
+    idle_intervals_update(now=minute)
+    assert not IdleInterval.objects.filter(kind=IdleKind.HELD_IDLE).exists()
+    # both below their own thresholds: idle, and the reason names both signals
+    GpuSample.objects.all().delete()
+    _feed_gpm([first], start, 40, util=100, sm=lambda gpu: 3.0)
+    _feed_gpm([second], start, 40, util=2, sm=lambda gpu: None)
+    assert idle_bookings_check(now=now)["warned"] == 1
+    assert IdleWarning.objects.get().reason.startswith(
+        "SM activity below 5% / utilization below 5%"
+    )
+    settings.IDLE_SM_ACTIVE_PERCENT = 2.5  # SM activity 3 % is now use
+    assert idle_bookings_check(now=now)["cleared"] == 1

@@ -10,7 +10,7 @@ from importlib.metadata import version
 import pynvml
 import pytest
 
-from workers.agent.nvml import SAMPLE_KEYS, NvmlReader, nvlink_domains
+from workers.agent.nvml import GPM_METRICS, SAMPLE_KEYS, NvmlReader, nvlink_domains
 
 pytestmark = pytest.mark.nvml
 
@@ -91,3 +91,30 @@ def test_processes(reader):
     for proc in processes:
         assert proc["uuid"] in uuids
         assert proc["pid"] > 0
+
+
+HOPPER_AND_NEWER = ("H100", "H200", "H800", "H20", "GH200", "B100", "B200", "GB200")
+
+
+def test_gpm_metrics_on_hopper(reader):
+    """GPM (SM activity etc.) through the real driver: values on Hopper and newer GPUs, null on
+    older ones. Two polls a second apart give the first interval."""
+    inventory = reader.inventory()  # before sampling: it starts GPM over
+    names = {gpu["uuid"]: gpu["name"] for gpu in inventory}
+    mig_mode = {gpu["uuid"]: gpu["mig_mode"] for gpu in inventory}
+    reader.sample()
+    time.sleep(1)
+    samples = reader.sample()
+    gpm = {s["uuid"]: {k: s[k] for k in GPM_METRICS} for s in samples}
+    show("gpm", gpm)
+    hopper = [u for u, name in names.items() if any(m in name.upper() for m in HOPPER_AND_NEWER)]
+    for s in samples:
+        for key in GPM_METRICS:
+            assert in_range(s[key], 0, 100)
+    if not hopper:
+        pytest.skip(f"no Hopper or newer GPU here ({sorted(set(names.values()))})")
+    for uuid in hopper:
+        if mig_mode[uuid]:
+            continue  # GPM of a MIG-mode board is read per instance
+        assert gpm[uuid]["sm_active"] is not None, f"{names[uuid]}: no SM activity from GPM"
+        assert gpm[uuid]["dram_bw_util"] is not None

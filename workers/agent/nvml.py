@@ -35,6 +35,10 @@ SAMPLE_KEYS = (
     "power_w",
     "temp_c",
     "energy_mj",
+    "sm_active",
+    "sm_occupancy",
+    "tensor_active",
+    "dram_bw_util",
     "ecc_uncorrected",
     "xid",
     "health",
@@ -46,6 +50,15 @@ _UNAVAILABLE = (
     pynvml.NVMLError_FunctionNotFound,  # driver older than the call
     pynvml.NVMLLibraryMismatchError,  # pynvml's wrapper for the same, on some calls
 )
+# GPU Performance Metrics (Hopper and newer), percent over the interval between two samples.
+# Unlike utilization % ("some kernel ran"), SM activity says how much of the GPU worked.
+GPM_METRICS = {
+    "sm_active": pynvml.NVML_GPM_METRIC_SM_UTIL,
+    "sm_occupancy": pynvml.NVML_GPM_METRIC_SM_OCCUPANCY,
+    "tensor_active": pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL,
+    "dram_bw_util": pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL,
+}
+_NO_GPM: dict[str, float | None] = dict.fromkeys(GPM_METRICS)
 _MIG_PROFILE = re.compile(r"\d+g\.\d+gb(?:\+\w+)*")
 _MAX_EVENTS_PER_POLL = 1000  # an XID storm must not stall the poll
 
@@ -58,6 +71,14 @@ class _Device:
     parent_uuid: str | None = None
     mig_mode: bool | None = None
     migs: list[_Device] = field(default_factory=list)
+    parent_handle: Any = None  # MIG devices: GPM samples are taken through the parent
+    gpu_instance_id: int | None = None  # MIG devices
+    gpm: bool | None = None  # GPM supported; None: not asked yet
+    gpm_previous: Any = None  # GPM sample of the last poll: the start of the next interval
+    gpm_spare: Any = None  # an allocated sample buffer, reused for the next poll
+
+    def gpm_buffers(self) -> list[Any]:
+        return [b for b in (self.gpm_previous, self.gpm_spare) if b is not None]
 
 
 def _lost(uuid: str, parent_uuid: str | None, ts: float) -> dict:
@@ -237,11 +258,15 @@ class NvmlReader:
                 handle = nvml.nvmlDeviceGetMigDeviceHandleByIndex(gpu.handle, slot)
             except (pynvml.NVMLError_NotFound, pynvml.NVMLError_InvalidArgument):
                 continue  # empty slot
-            migs.append(_Device(nvml.nvmlDeviceGetUUID(handle), slot, handle, gpu.uuid))
+            mig = _Device(nvml.nvmlDeviceGetUUID(handle), slot, handle, gpu.uuid)
+            mig.parent_handle = gpu.handle
+            mig.gpu_instance_id = self._call("nvmlDeviceGetGpuInstanceId", handle)
+            migs.append(mig)
         return migs
 
     def _drop_cache(self) -> None:
         self._drain_xids()  # keep XIDs already queued in the set being freed
+        self._free_gpm_samples()
         if self._events is not None:
             try:
                 self.nvml.nvmlEventSetFree(self._events)
@@ -310,6 +335,7 @@ class NvmlReader:
             "mem_used_mib": None if mem is None else int(mem.used // MIB),
             "mem_total_mib": None if mem is None else int(mem.total // MIB),
         }
+        sample.update(self._gpm_read(dev))
         if dev.parent_uuid is not None:
             return sample  # power, temperature, energy and ECC belong to the physical GPU
         power_mw = self._call("nvmlDeviceGetPowerUsage", handle)
@@ -324,6 +350,75 @@ class NvmlReader:
         )
         sample["xid"] = xids.get(dev.uuid)
         return sample
+
+    # -- GPM -------------------------------------------------------------------------------
+
+    def _gpm_read(self, dev: _Device) -> dict[str, float | None]:
+        """GPM metrics over the interval since the previous poll: one GPM sample per poll and
+        device, the previous one kept (so the first poll of a device has none). Null where the
+        GPU has no GPM (NotSupported: pre-Hopper, or a driver without it)."""
+        if dev.gpm is False:
+            return _NO_GPM
+        try:
+            if dev.gpm is None:
+                dev.gpm = self._gpm_supported(dev)
+                if not dev.gpm:
+                    return _NO_GPM
+            fresh = dev.gpm_spare if dev.gpm_spare is not None else self.nvml.nvmlGpmSampleAlloc()
+            dev.gpm_spare = fresh  # still ours (freed later) if taking the sample fails
+            if dev.parent_handle is not None:
+                self.nvml.nvmlGpmMigSampleGet(dev.parent_handle, dev.gpu_instance_id, fresh)
+            else:
+                self.nvml.nvmlGpmSampleGet(dev.handle, fresh)
+            previous, dev.gpm_previous, dev.gpm_spare = dev.gpm_previous, fresh, None
+            if previous is None:
+                return _NO_GPM
+            dev.gpm_spare = previous
+            return self._gpm_metrics(previous, fresh)
+        except pynvml.NVMLError_GpuIsLost:
+            raise
+        except _UNAVAILABLE:
+            dev.gpm = False
+            self._free_gpm(dev)
+            return _NO_GPM
+        except pynvml.NVMLError as exc:
+            log.warning("GPM read of %s failed: %s", dev.uuid, exc)
+            return _NO_GPM
+
+    def _gpm_supported(self, dev: _Device) -> bool:
+        if dev.parent_handle is not None and dev.gpu_instance_id is None:
+            return False
+        support = self.nvml.nvmlGpmQueryDeviceSupport(dev.parent_handle or dev.handle)
+        return bool(support.isSupportedDevice)
+
+    def _gpm_metrics(self, first: Any, second: Any) -> dict[str, float | None]:
+        request = pynvml.c_nvmlGpmMetricsGet_t()
+        request.version = pynvml.NVML_GPM_METRICS_GET_VERSION
+        request.numMetrics = len(GPM_METRICS)
+        request.sample1, request.sample2 = first, second
+        for slot, metric_id in enumerate(GPM_METRICS.values()):
+            request.metrics[slot].metricId = metric_id
+        self.nvml.nvmlGpmMetricsGet(request)
+        out: dict[str, float | None] = {}
+        for slot, name in enumerate(GPM_METRICS):
+            metric = request.metrics[slot]
+            valid = metric.nvmlReturn == pynvml.NVML_SUCCESS and math.isfinite(metric.value)
+            # percentages; rounding can step just past 100, which ingest would refuse
+            out[name] = round(min(max(metric.value, 0.0), 100.0), 2) if valid else None
+        return out
+
+    def _free_gpm(self, dev: _Device) -> None:
+        for buffer in dev.gpm_buffers():
+            try:
+                self.nvml.nvmlGpmSampleFree(buffer)
+            except pynvml.NVMLError as exc:
+                log.debug("nvmlGpmSampleFree: %s", exc)
+        dev.gpm_previous = dev.gpm_spare = None
+
+    def _free_gpm_samples(self) -> None:
+        for gpu in self._gpus or []:
+            for dev in [gpu, *gpu.migs]:
+                self._free_gpm(dev)
 
     def _temperature(self, handle: Any) -> int | None:
         # nvmlDeviceGetTemperature is deprecated (gone in CUDA 14); drivers before the V form

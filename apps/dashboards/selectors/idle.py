@@ -3,7 +3,7 @@
 from collections import defaultdict
 from datetime import datetime, timedelta
 
-from django.db.models import Q
+from django.db.models import Count, Max, Q
 from django.utils import timezone
 
 from apps.dashboards.selectors.filters import MAX_POINTS, UNALLOCATED, Filters, floor_to_step
@@ -12,7 +12,7 @@ from apps.fleet.models import Gpu
 from apps.reservations.choices import OPEN_STATUSES, ReservationStatus
 from apps.reservations.models import Reservation, ReservationGpu
 from apps.teams.models import Team
-from apps.telemetry.choices import IdleKind
+from apps.telemetry.choices import ActivitySignal, IdleKind
 from apps.telemetry.models import GpuMinuteRollup, IdleInterval
 
 
@@ -85,7 +85,8 @@ def reclaimed(filters: Filters) -> list[Reservation]:
 
 
 def gpu_states_now(filters: Filters, *, now: datetime | None = None) -> list[dict]:
-    """Every GPU (no MIG devices) with its state now: unhealthy, busy, held_idle, unallocated.
+    """Every GPU (no MIG devices) with its state now: unhealthy, busy, held_idle, unallocated,
+    and the signal that state is judged on (`signal`: sm_active, util, or "" without telemetry).
     Held means an open booking of one of the user's visible teams holds it; GPUs held by teams
     the user cannot see show as `held_other`."""
     now = now or timezone.now()
@@ -99,11 +100,12 @@ def gpu_states_now(filters: Filters, *, now: datetime | None = None) -> list[dic
         ).values_list("gpu_id", "reservation__team_id")
     )
     recent = now - timedelta(minutes=5)
-    busy = set(
-        GpuMinuteRollup.objects.filter(bucket__gte=recent, busy_seconds__gt=0).values_list(
-            "gpu_id", flat=True
-        )
-    )
+    activity = {
+        row["gpu_id"]: row
+        for row in GpuMinuteRollup.objects.filter(bucket__gte=recent)
+        .values("gpu_id")
+        .annotate(busy=Max("busy_seconds"), gpm_minutes=Count("sm_active_avg"))
+    }
     visible = set(filters.team_ids)
     slugs = dict(Team.objects.filter(pk__in=visible).values_list("pk", "slug"))
     result = []
@@ -117,7 +119,7 @@ def gpu_states_now(filters: Filters, *, now: datetime | None = None) -> list[dic
             state = "unhealthy"
         elif team_id is not None and team_id not in visible:
             state = "held_other"
-        elif gpu.pk in busy:
+        elif (activity.get(gpu.pk) or {}).get("busy"):
             state = "busy"
         elif team_id is not None:
             state = "held_idle"
@@ -131,6 +133,15 @@ def gpu_states_now(filters: Filters, *, now: datetime | None = None) -> list[dic
                 "model": gpu.model.name,
                 "state": state,
                 "team": slugs.get(team_id, ""),
+                "signal": _signal(activity.get(gpu.pk)),
             }
         )
     return result
+
+
+def _signal(recent: dict | None) -> str:
+    """What the GPU's busy/idle state is judged on: SM activity where it reports GPM metrics
+    (Hopper and newer), utilization % otherwise; empty without recent telemetry."""
+    if recent is None:
+        return ""
+    return ActivitySignal.SM_ACTIVE if recent["gpm_minutes"] else ActivitySignal.UTIL
