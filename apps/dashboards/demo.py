@@ -18,6 +18,7 @@ from apps.fleet.models import Gpu
 from apps.reservations.models import ReservationGpu
 from apps.telemetry.choices import IdleKind
 from apps.telemetry.models import GpuHourRollup, GpuMinuteRollup, GpuSample, IdleInterval
+from apps.telemetry.rollups import rollup_team_models
 
 HISTORY_DAYS = 30
 # The 24-hour charts read minute rollups: cover all of them, and the hour before.
@@ -145,6 +146,7 @@ def seed_dashboard_history(*, now: datetime | None = None, days: int = HISTORY_D
         for gpu in gpus
     ]
     GpuHourRollup.objects.bulk_create(hours, batch_size=BATCH)
+    rollup_team_models(start=first, end=this_hour)
     GpuMinuteRollup.objects.bulk_create(minutes, batch_size=BATCH)
     IdleInterval.objects.bulk_create(idle, batch_size=BATCH)
     GpuSample.objects.bulk_create(samples, batch_size=BATCH, ignore_conflicts=True)

@@ -138,6 +138,51 @@ class GpuHourRollup(RollupBase):  # noqa: DJ008 - __str__ inherited
         indexes = [models.Index(fields=["bucket"], name="hourrollup_bucket_idx")]
 
 
+class TeamModelHourRollup(models.Model):
+    """Hour rollups pre-summed per (hour, team, GPU model): what the dashboards and efficiency
+    pages read for windows longer than a day, instead of one row per GPU and hour.
+
+    Rewritten with the hour rollups it sums, in the same transaction (`rollup_hours`, late
+    samples included), so the two never disagree. Sums and counts rather than averages, so any
+    set of rows adds up: an average is `<metric>_sum / <metric>_n` (GPU-hours that had a value).
+    MIG devices are counted like GPUs, as in the per-GPU rollups."""
+
+    bucket = models.DateTimeField(help_text="Start of the hour.")
+    team = models.ForeignKey(
+        "teams.Team",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        help_text="Team the GPUs were attributed to in the hour rollups; empty: unallocated.",
+    )
+    gpu_model = models.ForeignKey("fleet.GpuModel", on_delete=models.CASCADE, related_name="+")
+    gpu_hours = models.PositiveIntegerField(help_text="Hour rollup rows summed (GPU-hours).")
+    samples = models.PositiveBigIntegerField()
+    busy_seconds = models.FloatField()
+    energy_j = models.FloatField(null=True)
+    util_sum = models.FloatField(null=True)
+    util_n = models.PositiveIntegerField()
+    mem_used_sum_mib = models.FloatField(null=True)
+    mem_used_n = models.PositiveIntegerField()
+    mem_used_max_mib = models.IntegerField(null=True)
+    sm_active_sum = models.FloatField(null=True)
+    sm_active_n = models.PositiveIntegerField()
+    sm_occupancy_sum = models.FloatField(null=True)
+    sm_occupancy_n = models.PositiveIntegerField()
+    tensor_active_sum = models.FloatField(null=True)
+    tensor_active_n = models.PositiveIntegerField()
+    dram_bw_sum = models.FloatField(null=True)
+    dram_bw_n = models.PositiveIntegerField()
+
+    class Meta:
+        indexes = [models.Index(fields=["bucket"], name="teammodelhour_bucket_idx")]
+
+    def __str__(self) -> str:
+        team = self.team_id or "unallocated"
+        return f"team {team} model {self.gpu_model_id} @ {self.bucket:%Y-%m-%d %H:%M}"
+
+
 class IdleInterval(models.Model):
     """A stretch of time a GPU sat idle: held by a team but unused, or held by nobody."""
 

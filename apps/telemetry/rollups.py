@@ -125,6 +125,39 @@ ON CONFLICT (gpu_id, bucket) DO UPDATE SET
 """
 
 
+# Per (hour, team, GPU model) sums of the hour rollups: the same SQL on PostgreSQL and SQLite.
+TEAM_MODEL_SQL = """
+INSERT INTO telemetry_teammodelhourrollup
+    (bucket, team_id, gpu_model_id, gpu_hours, samples, busy_seconds, energy_j, util_sum, util_n,
+     mem_used_sum_mib, mem_used_n, mem_used_max_mib, sm_active_sum, sm_active_n,
+     sm_occupancy_sum, sm_occupancy_n, tensor_active_sum, tensor_active_n, dram_bw_sum, dram_bw_n)
+SELECT h.bucket, h.team_id, g.model_id, count(*), sum(h.samples), sum(h.busy_seconds),
+       sum(h.energy_j), sum(h.util_avg), count(h.util_avg), sum(h.mem_used_avg_mib),
+       count(h.mem_used_avg_mib), max(h.mem_used_max_mib), sum(h.sm_active_avg),
+       count(h.sm_active_avg), sum(h.sm_occupancy_avg), count(h.sm_occupancy_avg),
+       sum(h.tensor_active_avg), count(h.tensor_active_avg), sum(h.dram_bw_avg),
+       count(h.dram_bw_avg)
+FROM telemetry_gpuhourrollup h JOIN fleet_gpu g ON g.id = h.gpu_id
+WHERE h.bucket >= %s AND h.bucket < %s
+GROUP BY h.bucket, h.team_id, g.model_id
+"""
+
+
+def rollup_team_models(*, start: datetime, end: datetime) -> None:
+    """Rewrite the (hour, team, GPU model) sums (TeamModelHourRollup) of the hours in
+    [start, end) from the hour rollups: delete and insert, so a group that vanished (a team
+    re-attributed by late samples) goes too. rollup_hours calls it in its own transaction;
+    call it directly only after writing hour rollups some other way (demo and bench data)."""
+    # adapted as the ORM stores them (SQLite compares datetimes as text)
+    bounds = [connection.ops.adapt_datetimefield_value(moment) for moment in (start, end)]
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            "DELETE FROM telemetry_teammodelhourrollup WHERE bucket >= %s AND bucket < %s",
+            bounds,
+        )
+        cursor.execute(TEAM_MODEL_SQL, bounds)
+
+
 # The minutely task rolls up this much of the recent past on every run. A sample stored when
 # its minute is about to leave that window (LATE_AFTER) is noted, and its minutes and hours are
 # rolled up again by `rollup_late` (an agent flushing its buffer after a broker outage).
@@ -279,17 +312,28 @@ def _minute_row(gpu_id: int, bucket: datetime, items: list, team_id: int | None)
 
 
 def rollup_hours(*, start: datetime, end: datetime, portable: bool | None = None) -> int:
-    """Upsert hour rollups from the minute rollups of the whole hours touching [start, end)."""
+    """Upsert hour rollups from the minute rollups of the whole hours touching [start, end),
+    and rewrite their (hour, team, GPU model) sums (TeamModelHourRollup) in the same
+    transaction."""
     start = _floor(start, timedelta(hours=1))
     end = _floor(end - timedelta(microseconds=1), timedelta(hours=1)) + timedelta(hours=1)
     if portable is None:
         portable = connection.vendor != "postgresql"
     with transaction.atomic():
+        if connection.vendor == "postgresql":
+            # One writer of the hours at a time (the minutely run, a late re-rollup): taken
+            # first, so two runs over the same hours cannot deadlock or insert a group twice.
+            # Readers are not blocked.
+            with connection.cursor() as cursor:
+                cursor.execute("LOCK TABLE telemetry_teammodelhourrollup IN EXCLUSIVE MODE")
         if not portable:
             with connection.cursor() as cursor:
                 cursor.execute(HOUR_SQL, {"start": start, "end": end})
-                return cursor.rowcount
-        return _upsert(GpuHourRollup, _portable_hours(start, end))
+                written = cursor.rowcount
+        else:
+            written = _upsert(GpuHourRollup, _portable_hours(start, end))
+        rollup_team_models(start=start, end=end)
+        return written
 
 
 def _weighted(items, index: int) -> float | None:

@@ -7,6 +7,7 @@ from apps.fleet.models import Gpu
 from apps.reservations.choices import ReservationStatus
 from apps.telemetry.choices import IdleKind
 from apps.telemetry.models import GpuHourRollup, GpuMinuteRollup, IdleInterval
+from apps.telemetry.rollups import rollup_team_models
 from tests.factories import make_booking
 
 
@@ -52,6 +53,7 @@ def history(fleet, team, other_team, member, outsider):
             rollup(GpuMinuteRollup, gpus[2], bucket, other_team, util=0, busy_seconds=0),
         ]
     GpuHourRollup.objects.bulk_create(hours)
+    rollup_team_models(start=hour0, end=now)  # what rollup_hours does with the hours it writes
     GpuMinuteRollup.objects.bulk_create(minutes)
     book(team, member, gpus[:2], now - timedelta(hours=2), now + timedelta(hours=2))
     book(other_team, outsider, gpus[2:3], now - timedelta(hours=2), now + timedelta(hours=2))

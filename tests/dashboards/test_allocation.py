@@ -10,6 +10,7 @@ from django.utils import timezone
 
 from apps.fleet.models import Gpu
 from apps.telemetry.models import GpuHourRollup, GpuMinuteRollup
+from apps.telemetry.rollups import rollup_team_models
 from tests.conftest import client_for
 from tests.dashboards.conftest import book, rollup
 
@@ -43,6 +44,7 @@ def bookings(fleet, team, other_team, member, outsider):
         for h in range(1, 49)
         for gpu in h100
     )
+    rollup_team_models(start=hour - timedelta(hours=48), end=hour)
     GpuMinuteRollup.objects.bulk_create(
         rollup(GpuMinuteRollup, gpu, hour - timedelta(minutes=m), util=1, busy_seconds=0)
         for m in range(1, 61)

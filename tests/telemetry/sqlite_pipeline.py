@@ -17,8 +17,14 @@ def main() -> None:
 
     from apps.telemetry.idle import idle_intervals_update
     from apps.telemetry.ingest import telemetry_ingest
-    from apps.telemetry.models import GpuMinuteRollup, GpuSample, IdleInterval
+    from apps.telemetry.models import (
+        GpuMinuteRollup,
+        GpuSample,
+        IdleInterval,
+        TeamModelHourRollup,
+    )
     from apps.telemetry.rollups import rollup_hours, rollup_minutes
+    from apps.telemetry.selectors import team_model_totals
     from apps.telemetry.services import node_register
     from workers.agent.agent import Agent
     from workers.agent.backends import make_reader
@@ -44,6 +50,9 @@ def main() -> None:
     minutes = rollup_minutes(start=now - timedelta(minutes=5), end=now + timedelta(minutes=1))
     hours = rollup_hours(start=now - timedelta(minutes=5), end=now + timedelta(minutes=1))
     idle_intervals_update(now=now + timedelta(minutes=1))
+    totals = team_model_totals(
+        start=now - timedelta(hours=2), end=now + timedelta(hours=1), unallocated=True
+    )
     print(
         json.dumps(
             {
@@ -56,6 +65,11 @@ def main() -> None:
                 "minute_rollups": GpuMinuteRollup.objects.count(),
                 "hour_rows": hours,
                 "unallocated": IdleInterval.objects.filter(kind="unallocated").count(),
+                "gpm_samples": GpuSample.objects.filter(sm_active__isnull=False).count(),
+                "team_model_gpu_hours": sum(
+                    TeamModelHourRollup.objects.values_list("gpu_hours", flat=True)
+                ),
+                "totals": [(t["gpu_hours"], t["signal"], t["sm_active_avg"]) for t in totals],
             }
         )
     )

@@ -13,3 +13,10 @@ def test_ingest_rollups_and_idle_work_on_sqlite(tmp_path):
     assert outcome["minute_rows"] >= 4 and outcome["minute_rollups"] == outcome["minute_rows"]
     assert outcome["hour_rows"] >= 4
     assert outcome["unallocated"] == 4
+    # simulated H100s report GPM from their second poll on; the (hour, team, model) sums
+    # are written with the hour rollups on SQLite too
+    assert outcome["gpm_samples"] == 4 * 5
+    assert outcome["team_model_gpu_hours"] == outcome["hour_rows"]
+    ((gpu_hours, signal, sm_active),) = outcome["totals"]
+    assert gpu_hours == outcome["hour_rows"] and signal == "sm_active"
+    assert sm_active == pytest.approx(0.85 * 92, abs=0.5)  # "busy" profile

@@ -16,6 +16,7 @@ from apps.dashboards.selectors.filters import (
 from apps.fleet.choices import GpuStatus
 from apps.fleet.models import Gpu, GpuModel
 from apps.reservations.models import ReservationGpu
+from apps.telemetry.selectors import team_model_hours
 
 
 def _uses(filters: Filters, *, all_teams: bool) -> list[tuple]:
@@ -125,21 +126,24 @@ def allocated_series(filters: Filters, times: list[datetime], step: timedelta) -
     return result
 
 
-def utilization_series(filters: Filters) -> dict:
-    """Allocated and busy GPUs over time per team, and average utilization % per team and GPU
-    model. Unallocated GPUs are shown only to those who see all teams, under `UNALLOCATED`.
-
-    Allocated GPUs come from bookings and jobs (`allocated_series`), the same at every range.
-    Busy GPUs come from the rollups (busy seconds / bucket seconds, i.e. GPU-equivalents busy):
-    one scan, SQL sums per (bucket, team, model), Python merges buckets into steps. Returns
-    {"step", "times", "allocated": {team: [...]}, "busy": {team: [...]},
-    "by_team_model": [{"team_slug", "model_name", "util"}], "has_telemetry"}."""
+def _busy_rows(filters: Filters):
+    """(bucket, team id, GPU model id, busy seconds, sum of util %, GPU-buckets with util) per
+    bucket, team and model. Windows over a day read the pre-summed (hour, team, model) rollup,
+    a few thousand rows for a month of a large fleet; a day reads the minute rollups."""
+    with_pool = filters.sees_all and not filters.team_slug
+    if not filters.fine:
+        return team_model_hours(
+            start=filters.start,
+            end=filters.end,
+            team_ids=filters.team_ids,
+            unallocated=with_pool,
+            gpu_model_id=filters.gpu_model.pk if filters.gpu_model else None,
+        ).values_list("bucket", "team_id", "gpu_model_id", "busy_seconds", "util_sum", "util_n")
     _, rows = rollup_rows(filters)
     scope = Q(team_id__in=filters.team_ids)
-    if filters.sees_all and not filters.team_slug:
+    if with_pool:
         scope |= Q(team__isnull=True)
-    bucket_seconds = 60 if filters.fine else 3600
-    grouped = (
+    return (
         rows.filter(scope)
         .values_list("bucket", "team_id", "gpu__model_id")
         .annotate(
@@ -149,6 +153,20 @@ def utilization_series(filters: Filters) -> dict:
         )
         .order_by()
     )
+
+
+def utilization_series(filters: Filters) -> dict:
+    """Allocated and busy GPUs over time per team, and average utilization % per team and GPU
+    model. Unallocated GPUs are shown only to those who see all teams, under `UNALLOCATED`.
+
+    Allocated GPUs come from bookings and jobs (`allocated_series`), the same at every range.
+    Busy GPUs come from the rollups (busy seconds / bucket seconds, i.e. GPU-equivalents busy):
+    per (bucket, team, model), pre-summed for hour windows (TeamModelHourRollup), summed in
+    SQL from minute rollups for a day; Python merges buckets into steps. Returns
+    {"step", "times", "allocated": {team: [...]}, "busy": {team: [...]},
+    "by_team_model": [{"team_slug", "model_name", "util"}], "has_telemetry"}."""
+    bucket_seconds = 60 if filters.fine else 3600
+    grouped = _busy_rows(filters)
     slugs = {t.pk: t.slug for t in filters.teams}
     model_names = dict(GpuModel.objects.values_list("pk", "name"))
     step = step_for(filters)
