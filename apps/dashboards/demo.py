@@ -46,6 +46,23 @@ def _holder(lookup, gpu_id: int, at: datetime) -> int | None:
     return None
 
 
+GPM_MODELS = ("H100", "H200", "B200")  # models whose history gets GPM metrics (Hopper and newer)
+
+
+def _gpm(gpu, util: float, sm_share: float) -> dict:
+    """GPM averages of a demo rollup: SM activity is a share of utilization (a GPU running
+    small kernels is "100 % utilized" with its SMs mostly idle); none on older models."""
+    if not any(family in gpu.model.name for family in GPM_MODELS):
+        return {}
+    sm = util * sm_share
+    return {
+        "sm_active_avg": sm,
+        "sm_occupancy_avg": sm * 0.55,
+        "tensor_active_avg": sm * 0.7,
+        "dram_bw_avg": sm * 0.45,
+    }
+
+
 def _minutes_of_hour(gpu, hour: datetime, team_id, util: float, busy: bool, rng) -> list:
     """Sixty minute rollups whose sums and averages are the hour's."""
     rows = []
@@ -62,6 +79,7 @@ def _minutes_of_hour(gpu, hour: datetime, team_id, util: float, busy: bool, rng)
                 power_avg_w=450 * level / 100 + 70,
                 energy_j=(450 * level / 100 + 70) * 60,
                 busy_seconds=60.0 if busy else 0.0,
+                **_gpm(gpu, level, 0.8),
             )
         )
     return rows
@@ -75,13 +93,14 @@ def seed_dashboard_history(*, now: datetime | None = None, days: int = HISTORY_D
     rng = random.Random(8)
     this_hour = now.replace(minute=0, second=0, microsecond=0)
     first = this_hour - timedelta(days=days)
-    gpus = list(Gpu.objects.filter(mig_parent__isnull=True).order_by("id"))
+    gpus = list(Gpu.objects.filter(mig_parent__isnull=True).select_related("model").order_by("id"))
     lookup = _holder_lookup(first)
     hours, minutes, idle = [], [], []
     minute_start = this_hour - timedelta(hours=MINUTE_HOURS)
     for gpu in gpus:
         # Some GPUs are busier than others; held GPUs sit idle now and then (notebooks).
         diligence = rng.uniform(0.55, 0.95)
+        sm_share = rng.uniform(0.15, 0.9)  # how much of the "utilized" time the SMs work
         run = None  # the idle stretch being built: [kind, team_id, start]
         t = first
         while t < this_hour:
@@ -101,6 +120,7 @@ def seed_dashboard_history(*, now: datetime | None = None, days: int = HISTORY_D
                     power_avg_w=450 * util / 100 + 70,
                     energy_j=(450 * util / 100 + 70) * 3600,
                     busy_seconds=3600.0 if busy else 0.0,
+                    **_gpm(gpu, util, sm_share),
                 )
             )
             if t >= minute_start:
@@ -132,6 +152,7 @@ def seed_dashboard_history(*, now: datetime | None = None, days: int = HISTORY_D
                     power_avg_w=450 * util / 100 + 70,
                     energy_j=(450 * util / 100 + 70) * 60,
                     busy_seconds=60.0 if busy else 0.0,
+                    **_gpm(gpu, util, sm_share),
                 )
             )
             t += timedelta(minutes=1)

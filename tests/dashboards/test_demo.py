@@ -1,9 +1,16 @@
 import pytest
 from django.core.management import call_command
+from django.db.models import Sum
 
 from apps.reservations.models import ReservationGpu
 from apps.telemetry.choices import IdleKind
-from apps.telemetry.models import GpuHourRollup, GpuMinuteRollup, GpuSample, IdleInterval
+from apps.telemetry.models import (
+    GpuHourRollup,
+    GpuMinuteRollup,
+    GpuSample,
+    IdleInterval,
+    TeamModelHourRollup,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -25,6 +32,14 @@ def test_seed_demo_writes_30_days_of_telemetry_matching_bookings_once():
         end__gt=held.bucket,
         active=True,
     ).exists()
+    # H100s report GPM metrics, the A100s and L40S do not; the month-long dashboards' sums
+    # cover every hour rollup
+    h100 = GpuHourRollup.objects.filter(gpu__model__name__startswith="H100")
+    assert h100.exists() and not h100.filter(sm_active_avg__isnull=True).exists()
+    assert not GpuHourRollup.objects.filter(
+        gpu__model__name__startswith="L40S", sm_active_avg__isnull=False
+    ).exists()
+    assert TeamModelHourRollup.objects.aggregate(n=Sum("gpu_hours"))["n"] == hours
     call_command("seed_demo")
     assert GpuHourRollup.objects.count() == hours
 
