@@ -53,6 +53,9 @@ class SeriesPointSerializer(serializers.Serializer):
     util_max = serializers.IntegerField(allow_null=True)
     mem_used_mib = serializers.FloatField(allow_null=True)
     power_w = serializers.FloatField(allow_null=True)
+    sm_active = serializers.FloatField(
+        allow_null=True, help_text="SM activity % (GPM, Hopper and newer); null without GPM."
+    )
 
 
 class GpuSeriesResponseSerializer(serializers.Serializer):
@@ -62,7 +65,8 @@ class GpuSeriesResponseSerializer(serializers.Serializer):
 
 
 class GpuTelemetryView(APIView):
-    """One GPU's utilization, memory and power over a window, downsampled on the server."""
+    """One GPU's utilization, SM activity, memory and power over a window, downsampled on the
+    server."""
 
     @extend_schema(parameters=[SeriesQuerySerializer], responses=GpuSeriesResponseSerializer)
     def get(self, request, pk: int):

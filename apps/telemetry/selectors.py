@@ -27,37 +27,45 @@ def _bucket(moment: datetime, step: timedelta) -> datetime:
 
 
 def gpu_series(*, gpu_id: int, start: datetime, end: datetime, step: timedelta) -> list[dict]:
-    """Utilization, memory and power of one GPU over [start, end) in buckets of `step`, from the
-    coarsest source that still resolves the step (hour rollups, minute rollups, raw samples).
-    Caller caps (end - start) / step at MAX_POINTS."""
+    """Utilization, SM activity (GPM; None on GPUs without it), memory and power of one GPU
+    over [start, end) in buckets of `step`, from the coarsest source that still resolves the
+    step (hour rollups, minute rollups, raw samples). Caller caps (end - start) / step at
+    MAX_POINTS."""
     if step >= timedelta(minutes=1):
         rollup = GpuHourRollup if step >= timedelta(hours=1) else GpuMinuteRollup
         values = rollup.objects.filter(
             gpu_id=gpu_id, bucket__gte=start, bucket__lt=end
         ).values_list(
-            "bucket", "util_avg", "util_max", "mem_used_avg_mib", "power_avg_w", "samples"
+            "bucket",
+            "util_avg",
+            "util_max",
+            "mem_used_avg_mib",
+            "power_avg_w",
+            "sm_active_avg",
+            "samples",
         )
     else:
         rows = GpuSample.objects.filter(gpu_id=gpu_id, ts__gte=start, ts__lt=end)
         values = [
-            (ts, util, util, mem, power, 1)
-            for ts, util, mem, power in rows.values_list(
-                "ts", "util_gpu", "mem_used_mib", "power_w"
+            (ts, util, util, mem, power, sm, 1)
+            for ts, util, mem, power, sm in rows.values_list(
+                "ts", "util_gpu", "mem_used_mib", "power_w", "sm_active"
             )
         ]
     buckets: dict[datetime, list] = defaultdict(list)
-    for moment, util_avg, util_max, mem, power, weight in values:
-        buckets[_bucket(moment, step)].append((util_avg, util_max, mem, power, weight))
+    for moment, *fields in values:
+        buckets[_bucket(moment, step)].append(fields)
     series = []
     for moment in sorted(buckets):
         items = buckets[moment]
         series.append(
             {
                 "t": moment,
-                "util_avg": _mean([(u, w) for u, _, _, _, w in items]),
-                "util_max": max((m for _, m, _, _, _ in items if m is not None), default=None),
-                "mem_used_mib": _mean([(m, w) for _, _, m, _, w in items]),
-                "power_w": _mean([(p, w) for _, _, _, p, w in items]),
+                "util_avg": _mean([(i[0], i[5]) for i in items]),
+                "util_max": max((i[1] for i in items if i[1] is not None), default=None),
+                "mem_used_mib": _mean([(i[2], i[5]) for i in items]),
+                "power_w": _mean([(i[3], i[5]) for i in items]),
+                "sm_active": _mean([(i[4], i[5]) for i in items]),
             }
         )
     return series

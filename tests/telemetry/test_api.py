@@ -98,3 +98,22 @@ def test_metrics_count_stored_and_rejected_samples(client, fleet, now):
     assert "portal_telemetry_samples_stored_total 1.0" in text, text[-900:]
     assert 'portal_telemetry_samples_rejected_total{reason="unknown_gpu"} 1.0' in text
     assert "portal_telemetry_batches_duplicate_total 1.0" in text
+
+
+def test_gpu_series_carries_sm_activity_where_the_gpu_reports_it(member, fleet, h100, now):
+    gpm_gpu, plain_gpu = h100.gpus.order_by("id")[:2]
+    start = now.replace(second=0) - timedelta(minutes=10)
+    rows = [
+        (gpu.id, start + timedelta(seconds=15 * i), 100, 1, 100, 200.0, 40, 0, sm, None, None, None)
+        for gpu, sm in ((gpm_gpu, 2.0), (plain_gpu, None))
+        for i in range(8)
+    ]
+    store_samples(rows)
+    rollup_minutes(start=start, end=start + timedelta(minutes=2))
+    api = client_for(member)
+    window = {"start": start.isoformat(), "end": (start + timedelta(minutes=2)).isoformat()}
+    for step in ("00:00:30", "00:01:00"):
+        points = api.get(f"/api/v1/telemetry/gpus/{gpm_gpu.pk}/", {**window, "step": step}).json()
+        assert [p["sm_active"] for p in points["points"]] == [2.0] * len(points["points"])
+        plain = api.get(f"/api/v1/telemetry/gpus/{plain_gpu.pk}/", {**window, "step": step})
+        assert {p["sm_active"] for p in plain.json()["points"]} == {None}

@@ -165,3 +165,33 @@ def test_mig_instance_errors_cost_only_that_instance(clock):
     assert samples[second]["sm_active"] is None and samples[parent]["sm_active"] is not None
     clock.advance(15)
     assert by_uuid(reader.sample())[second]["sm_active"] is None  # not asked again
+
+
+def test_repeated_gpm_failures_stop_the_asking_until_reinit(clock):
+    sim, reader = make(clock, gpu_count=1, profile="busy")
+    (uuid,) = sim.gpu_uuids
+    reader.sample()
+    sim.inject(uuid, "nvmlGpmMetricsGet", pynvml.NVMLError_InvalidArgument, times=3)
+    for _ in range(5):
+        clock.advance(15)
+        sample = reader.sample()[0]
+        assert sample["sm_active"] is None and sample["util_gpu"] is not None
+    assert sim.calls["nvmlGpmMetricsGet"] == 3  # given up after three failures in a row
+    assert sim.gpm_samples == {}
+    sim.lose_gpu(uuid)  # a re-init starts GPM over
+    reader.sample()
+    reader.sample()
+    clock.advance(15)
+    assert reader.sample()[0]["sm_active"] == pytest.approx(0.85 * 92)
+
+
+def test_one_failure_between_successes_does_not_count_towards_giving_up(clock):
+    sim, reader = make(clock, gpu_count=1, profile="busy")
+    (uuid,) = sim.gpu_uuids
+    reader.sample()
+    for _ in range(4):
+        sim.inject(uuid, "nvmlGpmMetricsGet", pynvml.NVMLError_Unknown, times=1)
+        clock.advance(15)
+        assert reader.sample()[0]["sm_active"] is None
+        clock.advance(15)
+        assert reader.sample()[0]["sm_active"] == pytest.approx(0.85 * 92)

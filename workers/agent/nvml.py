@@ -59,6 +59,7 @@ GPM_METRICS = {
     "dram_bw_util": pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL,
 }
 _NO_GPM: dict[str, float | None] = dict.fromkeys(GPM_METRICS)
+_GPM_MAX_FAILURES = 3  # then GPM is left alone on that device until NVML is re-initialised
 _MIG_PROFILE = re.compile(r"\d+g\.\d+gb(?:\+\w+)*")
 _MAX_EVENTS_PER_POLL = 1000  # an XID storm must not stall the poll
 
@@ -76,6 +77,7 @@ class _Device:
     gpm: bool | None = None  # GPM supported; None: not asked yet
     gpm_previous: Any = None  # GPM sample of the last poll: the start of the next interval
     gpm_spare: Any = None  # an allocated sample buffer, reused for the next poll
+    gpm_failures: int = 0  # GPM reads failed in a row (other than NotSupported)
 
     def gpm_buffers(self) -> list[Any]:
         return [b for b in (self.gpm_previous, self.gpm_spare) if b is not None]
@@ -374,7 +376,7 @@ class NvmlReader:
             if previous is None:
                 return _NO_GPM
             dev.gpm_spare = previous
-            return self._gpm_metrics(previous, fresh)
+            metrics = self._gpm_metrics(previous, fresh)
         except pynvml.NVMLError_GpuIsLost:
             raise
         except _UNAVAILABLE:
@@ -382,8 +384,20 @@ class NvmlReader:
             self._free_gpm(dev)
             return _NO_GPM
         except pynvml.NVMLError as exc:
-            log.warning("GPM read of %s failed: %s", dev.uuid, exc)
+            # e.g. a board in MIG mode that only answers per instance: stop asking after a
+            # few polls instead of logging the same failure every poll
+            dev.gpm_failures += 1
+            if dev.gpm_failures >= _GPM_MAX_FAILURES:
+                log.warning(
+                    "GPM of %s left alone after %d failures: %s", dev.uuid, dev.gpm_failures, exc
+                )
+                dev.gpm = False
+                self._free_gpm(dev)
+            else:
+                log.info("GPM read of %s failed: %s", dev.uuid, exc)
             return _NO_GPM
+        dev.gpm_failures = 0
+        return metrics
 
     def _gpm_supported(self, dev: _Device) -> bool:
         if dev.parent_handle is not None and dev.gpu_instance_id is None:

@@ -505,7 +505,7 @@ class SimulatedNvml:
         second = self.gpm_samples.get(_address(metricsGet.sample2), (None, None))[1]
         if first is None or second is None or first[0] != second[0] or second[1] < first[1]:
             raise pynvml.NVMLError_InvalidArgument()
-        gpu = self._by_uuid[first[0]]
+        gpu = self._device("nvmlGpmMetricsGet", SimHandle(first[0]))  # faults, lost GPUs
         elapsed = second[1] - first[1]
         rates = (
             [(b - a) / elapsed for a, b in zip(first[2], second[2], strict=True)]
