@@ -6,7 +6,10 @@
     Baseline: one SQL aggregate of the same holdings and rollups per team. Target: < 60 s.
 (b) FOCUS export of that month (every ledger line, streamed as CSV to a null sink), with the
     peak Python memory it took (tracemalloc), vs one SQL GROUP BY of the ledger into the same
-    lines. Target: < 10 s and bounded memory.
+    lines. Target: < 10 s and bounded memory. Both FOCUS versions (1.3 splits bookings' lines into
+    busy and held-idle rows with their allocation ratios).
+(c) every team's monthly statement as one ZIP, vs one SQL GROUP BY team, model and source.
+(d) the XLSX export, vs one SQL GROUP BY team, day and model.
 
 Run: .venv/bin/python bench/billing.py [--gpus 1000] [--no-rollups]
 Uses its own PostgreSQL database (portal_bench_billing, dropped and rebuilt).
@@ -194,6 +197,51 @@ def bench_focus(version):
     print(f"target < 10 s: {'met' if seconds < 10 else 'MISSED'}")
 
 
+RAW_STATEMENT_BASELINE = """
+SELECT l.team_id, m.name, l.source, sum(l.gpu_seconds), sum(l.idle_cost), sum(l.cost)
+FROM billing_ledgerentry l LEFT JOIN fleet_gpumodel m ON m.id = l.gpu_model_id
+WHERE l.period_id = %(period)s AND l.team_id IS NOT NULL
+GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
+"""
+RAW_XLSX_BASELINE = """
+SELECT l.team_id, date_trunc('day', l.slice_start AT TIME ZONE 'UTC') AS day, l.gpu_model_id,
+       sum(l.gpu_seconds), sum(l.busy_seconds), sum(l.energy_kwh), sum(l.cost)
+FROM billing_ledgerentry l WHERE l.period_id = %(period)s GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
+"""
+
+
+def bench_statements_and_xlsx():
+    import tempfile
+
+    from django.template.loader import render_to_string
+
+    from apps.billing import exports, statements
+    from apps.billing.models import BillingPeriod
+
+    period = BillingPeriod.objects.get(month=NOV.date())
+    _, baseline = timed(lambda: raw(RAW_STATEMENT_BASELINE, {"period": period.pk}))
+
+    def render(statement):
+        return render_to_string("billing/statement_file.html", {"statement": statement})
+
+    archive, seconds = timed(lambda: statements.statements_zip(period, render))
+    print("\n(c) every team's statement of November as one ZIP of HTML files")
+    print(f"{'path':44} {'seconds':>9} {'ratio':>7}")
+    print(f"{'raw SQL GROUP BY team, model, source':44} {baseline:9.2f} {1:7.1f}")
+    print(f"{'statements ZIP (rounded, rendered)':44} {seconds:9.2f} {seconds / baseline:7.1f}")
+    print(f"ZIP: {len(archive):,} bytes for {TEAMS} teams")
+
+    _, baseline = timed(lambda: raw(RAW_XLSX_BASELINE, {"period": period.pk}))
+    with tempfile.NamedTemporaryFile(suffix=".xlsx") as handle:
+        _, seconds = timed(lambda: exports.write_xlsx(exports.ExportScope(period), handle.name))
+        size = os.path.getsize(handle.name)
+    print("\n(d) XLSX export of November (Summary + Detail, formats, SUM totals)")
+    print(f"{'path':44} {'seconds':>9} {'ratio':>7}")
+    print(f"{'raw SQL GROUP BY team, day, model':44} {baseline:9.2f} {1:7.1f}")
+    print(f"{'write_xlsx (write-only workbook)':44} {seconds:9.2f} {seconds / baseline:7.1f}")
+    print(f"file: {size:,} bytes")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gpus", type=int, default=1000)
@@ -204,6 +252,7 @@ def main():
     bench_metering()
     bench_focus("1.2")
     bench_focus("1.3")
+    bench_statements_and_xlsx()
 
 
 if __name__ == "__main__":
