@@ -96,6 +96,10 @@ class Statement:
         return sum((line.held_idle_gpu_hours for line in self.lines), Decimal(0))
 
     @property
+    def over_quota_gpu_hours(self) -> Decimal:
+        return sum((line.over_quota_gpu_hours for line in self.lines), Decimal(0))
+
+    @property
     def held_idle_cost(self) -> Decimal:
         return sum((line.held_idle_cost for line in self.lines), Decimal(0))
 
