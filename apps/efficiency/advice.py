@@ -27,12 +27,13 @@ from django.conf import settings
 from django.db.models import Q
 
 from apps.billing.selectors import RateBook
-from apps.efficiency.models import AllocationKind, AllocationSummary
+from apps.efficiency.models import AllocationKind
 from apps.efficiency.selectors import (
     bookings_efficiency,
     bookings_in_window,
     jobs_efficiency,
     jobs_in_window,
+    stored_efficiency,
 )
 from apps.efficiency.usage import Efficiency
 from apps.fleet.models import GpuModel
@@ -41,6 +42,7 @@ from apps.teams.choices import TeamRole
 from apps.teams.models import Membership
 from apps.telemetry.choices import IdleKind
 from apps.telemetry.models import IdleInterval
+from portal.formatting import format_count
 
 CENT = Decimal("0.01")
 MIG_CAPABLE = ("A100", "A30", "H100", "H200", "B200", "GB200")
@@ -153,11 +155,17 @@ def _idle_gpus_finding(item: Item, book: RateBook) -> Finding | None:
         return None
     # Time-weighted, so a job that moved between attempts counts each GPU for its share.
     suggested = max(0, math.ceil(item.gpus * (1 - eff.idle_share) - 1e-9))
+    if suggested:
+        suggestion = f"request {format_count(suggested, 'GPU')} instead of {item.gpus}"
+    elif item.kind == "booking":
+        suggestion = "no booking: its GPUs did no work (cancel bookings you will not use)"
+    else:
+        suggestion = "no GPU: the job did no GPU work (check it uses the GPU, or run it on CPUs)"
     return Finding(
         kind=FindingKind.IDLE_GPUS,
         detail=f"{eff.idle_gpus} of {eff.gpus} GPUs stayed idle "
         f"({eff.idle_share:.0%} of the GPU-hours held)",
-        suggestion=f"request {suggested} GPU{'s' if suggested != 1 else ''} instead of {item.gpus}",
+        suggestion=suggestion,
         saving=_money(_price(book, item, eff.idle_gpu_hours)),
     )
 
@@ -226,7 +234,7 @@ def _release_finding(item: Item, book: RateBook, idle_hours: dict[int, float]) -
     return Finding(
         FindingKind.RELEASED_IDLE,
         f"released after {idle:,.1f} idle GPU-hours",
-        f"book {item.gpus} GPU{'s' if item.gpus != 1 else ''} for {per_gpu:,.1f} h, "
+        f"book {format_count(item.gpus, 'GPU')} for {per_gpu:,.1f} h, "
         "or cancel when the work is done",
         _money(_price(book, item, idle)),
     )
@@ -254,18 +262,6 @@ class Filters:
     finding: str | None = None
 
 
-def stored_efficiency(kind: str, objects, filters: Filters) -> dict[int, Efficiency]:
-    """Stored summaries of the ended allocations that lie wholly inside the window (the rest
-    is summed live: still running, not summed yet, or cut by the window)."""
-    rows = AllocationSummary.objects.filter(
-        kind=kind,
-        source_id__in=[o.pk for o in objects],
-        start__gte=filters.start,
-        end__lte=filters.end,
-    ).values_list("source_id", "figures")
-    return {pk: Efficiency.from_dict(figures) for pk, figures in rows}
-
-
 def _job_items(scope: Scope, filters: Filters) -> list[Item]:
     jobs = jobs_in_window(start=filters.start, end=filters.end).filter(
         scope.q(owner="submitted_by")
@@ -277,7 +273,7 @@ def _job_items(scope: Scope, filters: Filters) -> list[Item]:
     jobs = list(
         jobs.select_related("team", "submitted_by", "gpu_model").prefetch_related("allocations")
     )
-    efficiency = stored_efficiency(AllocationKind.JOB, jobs, filters)
+    efficiency = stored_efficiency(AllocationKind.JOB, jobs, start=filters.start, end=filters.end)
     live = [j for j in jobs if j.pk not in efficiency]
     efficiency.update(jobs_efficiency(live, start=filters.start, end=filters.end))
     items = []
@@ -315,7 +311,9 @@ def _booking_items(scope: Scope, filters: Filters) -> list[Item]:
     if filters.user:
         bookings = bookings.filter(created_by__username=filters.user)
     bookings = list(bookings.select_related("team", "created_by", "gpu_model"))
-    efficiency = stored_efficiency(AllocationKind.BOOKING, bookings, filters)
+    efficiency = stored_efficiency(
+        AllocationKind.BOOKING, bookings, start=filters.start, end=filters.end
+    )
     live = [b for b in bookings if b.pk not in efficiency]
     efficiency.update(bookings_efficiency(live, start=filters.start, end=filters.end))
     return [

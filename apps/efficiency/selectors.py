@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from apps.billing.choices import ChargeSource
 from apps.billing.selectors import RateBook, cost_by_source
+from apps.efficiency.models import AllocationKind, AllocationSummary
 from apps.efficiency.usage import Efficiency, Holding, clip, gpu_models, summarize, usage_of
 from apps.fleet.models import GpuModel
 from apps.jobs.choices import WAITING_STATUSES
@@ -202,6 +203,23 @@ def window_bounds(days: int | None = None, *, now: datetime | None = None):
     return now - timedelta(days=days or settings.EFFICIENCY_WINDOW_DAYS), now
 
 
+def stored_efficiency(kind: str, objects, *, start: datetime, end: datetime):
+    """Stored summaries of the ended allocations that lie wholly inside [start, end) (the rest
+    is summed live: still running, not summed yet, or cut by the window)."""
+    rows = AllocationSummary.objects.filter(
+        kind=kind, source_id__in=[o.pk for o in objects], start__gte=start, end__lte=end
+    ).values_list("source_id", "figures")
+    return {pk: Efficiency.from_dict(figures) for pk, figures in rows}
+
+
+def _efficiency_of(kind: str, objects, *, start: datetime, end: datetime, live):
+    """Stored summaries where they hold, the rest summed live by `live`."""
+    figures = stored_efficiency(kind, objects, start=start, end=end)
+    rest = [o for o in objects if o.pk not in figures]
+    figures.update(live(rest, start=start, end=end))
+    return figures
+
+
 def jobs_in_window(*, start: datetime, end: datetime):
     """Jobs that held GPUs at some point of [start, end)."""
     held = JobAllocation.objects.filter(job=OuterRef("pk"), start__lt=end).filter(
@@ -238,9 +256,13 @@ def member_figures(*, team, start: datetime | None = None, end: datetime | None 
     job_user = {j.pk: j.submitted_by_id for j in jobs}
     booking_user = {b.pk: b.created_by_id for b in bookings}
     per_user: dict[int, list[Efficiency]] = defaultdict(list)
-    for pk, eff in jobs_efficiency(jobs, start=start, end=end).items():
+    for pk, eff in _efficiency_of(
+        AllocationKind.JOB, jobs, start=start, end=end, live=jobs_efficiency
+    ).items():
         per_user[job_user[pk]].append(eff)
-    for pk, eff in bookings_efficiency(bookings, start=start, end=end).items():
+    for pk, eff in _efficiency_of(
+        AllocationKind.BOOKING, bookings, start=start, end=end, live=bookings_efficiency
+    ).items():
         per_user[booking_user[pk]].append(eff)
     return {user_id: _combine(effs) for user_id, effs in per_user.items()}
 

@@ -228,3 +228,14 @@ def test_hour_rollups_stand_in_where_minute_rollups_are_gone(team, member, fleet
     assert figures[job.pk].activity_percent == pytest.approx(50.0)
     # No telemetry at all: nothing is called idle.
     assert figures[unknown.pk].idle_gpus == 0 and not figures[unknown.pk].covered
+
+
+def test_member_figures_read_stored_summaries_of_ended_work(scenario, team):
+    from apps.efficiency.selectors import member_figures
+    from apps.efficiency.services import allocation_summaries_update
+    from apps.telemetry.models import GpuMinuteRollup
+
+    live = member_figures(team=team)
+    allocation_summaries_update(since=scenario.t0 - timedelta(days=1))
+    GpuMinuteRollup.objects.all().delete()
+    assert member_figures(team=team) == live
