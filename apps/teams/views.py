@@ -1,3 +1,4 @@
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
@@ -49,6 +50,7 @@ def team_detail_view(request, slug: str):
             "team": team,
             "members": selectors.team_members(team=team),
             "member_figures": _member_figure_rows(team, request.user),
+            "efficiency_days": getattr(settings, "EFFICIENCY_WINDOW_DAYS", 30),
             "can_manage": can_manage,
             "form": form,
             "roles": TeamRole.choices,
