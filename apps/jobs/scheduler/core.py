@@ -171,7 +171,8 @@ class Engine(PreemptionMixin, ExplainMixin):
         self.active_bookings: dict[int, list[int]] = {}
         self._bounds: dict[str, list[tuple]] = {}  # team -> [(model, quota key, g, limit)]
         self._model_bounds: dict[tuple[str, str], tuple] = {}
-        self._caps_cache: dict[tuple[str, str], dict[str, int] | None] = {}
+        # team -> mode -> caps (see _caps), dropped when the team starts or stops a job
+        self._caps_cache: dict[str, dict[str, dict[str, int] | None]] = {}
         # Bumped by every change of queue or running set; a preemption pass that found
         # nothing is not repeated until something changed or a new victim becomes eligible.
         self.version = 0
@@ -234,7 +235,7 @@ class Engine(PreemptionMixin, ExplainMixin):
         self.team_gpus[run.team] += len(run.gpu_ids)
         if run.reservation_id is None:
             self.quotas.used[self.quotas.key(run.team, run.model)] += len(run.gpu_ids)
-            self._forget_caps(run.team)
+            self._caps_cache.pop(run.team, None)
             if self._is_preemptible(run):
                 self.preemptible.add(run.job_id)
         info = self.pool.info
@@ -262,7 +263,7 @@ class Engine(PreemptionMixin, ExplainMixin):
         self.team_gpus[run.team] -= len(run.gpu_ids)
         if run.reservation_id is None:
             self.quotas.used[self.quotas.key(run.team, run.model)] -= len(run.gpu_ids)
-            self._forget_caps(run.team)
+            self._caps_cache.pop(run.team, None)
             self.preemptible.discard(job_id)
         del self.spread[job_id]
         if self.config.explain:
@@ -294,11 +295,6 @@ class Engine(PreemptionMixin, ExplainMixin):
                 first_end[b.gpu_id] = min(b.end, first_end.get(b.gpu_id, math.inf))
         for gid, end in first_end.items():
             bisect.insort(self.booking_releases[self.pool.info[gid].model], end)
-
-    def _forget_caps(self, team: str) -> None:
-        cache = self._caps_cache
-        for mode in (GUARANTEE, SPARE, BASELINE):
-            cache.pop((team, mode), None)
 
     def _is_preemptible(self, run: RunningJob) -> bool:
         return run.priority_class != PriorityClass.GUARANTEED and (
@@ -390,9 +386,13 @@ class Engine(PreemptionMixin, ExplainMixin):
     def _caps(self, team: str, mode: str) -> dict[str, int] | None:
         """GPUs of each model the team may still take in a pass of ``mode``; None when it may
         take none at all. Kept until the team's GPUs change (``_caps_cache``)."""
-        cached = self._caps_cache.get((team, mode), False)
-        if cached is not False:
-            return cached
+        by_mode = self._caps_cache.get(team)
+        if by_mode is None:
+            by_mode = self._caps_cache[team] = {}
+        else:
+            cached = by_mode.get(mode, False)
+            if cached is not False:
+                return cached
         bounds = self._bounds.get(team)
         if bounds is None:
             quotas = self.quotas
@@ -409,7 +409,7 @@ class Engine(PreemptionMixin, ExplainMixin):
             cap = caps[model] = (guaranteed if within_guarantee else limit) - used[key]
             if cap > 0:
                 positive = True
-        result = self._caps_cache[(team, mode)] = caps if positive else None
+        result = by_mode[mode] = caps if positive else None
         return result
 
     def _candidate(self, team: str, mode: str, *, fitting: bool = True) -> Candidate | None:
