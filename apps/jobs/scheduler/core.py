@@ -22,6 +22,9 @@ Order of work in a ``fairshare`` cycle:
    effective share (aging), so nothing starves. A team whose next job does not fit is passed
    over for its first job that does (free capacity only shrinks within a cycle, so a job that
    does not fit now will not fit later in the cycle).
+   ``SchedulerConfig.spare_order`` can order this pool instead by least attained service
+   (Tiresias) or by highest response ratio (the team whose next job waited longest for its
+   runtime).
 4. Preemption, bounded so a loaded cluster does not churn: only for a team's oldest job that
    fits within its guarantee and does not fit in the free GPUs; only over-quota work of other
    teams that has run ``preempt_min_runtime_seconds`` and was preempted fewer than
@@ -313,7 +316,7 @@ class Engine(PreemptionMixin, ExplainMixin):
             self._gain_mark = self.gained
             self._dirty.clear()
             return Decision()
-        self.usage = usage or {}
+        self.usage = usage if usage is not None else {}
         self.decision = Decision()
         self.failed: dict[tuple[str, int, bool], float] = {}
         self.placed_by_team: dict[str, int] = defaultdict(int)
