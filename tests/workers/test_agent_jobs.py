@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 
 from workers.agent.jobs import JobRunner
+from workers.agent.nvml import NvmlReader
+from workers.agent.simulated import SimulatedNvml
 
 
 class Reports:
@@ -213,3 +215,28 @@ def test_each_rank_of_a_multi_node_job_gets_its_rendezvous_environment(runner, r
     last = reports.last()
     assert last["rank"] == 1
     assert "1|2|gpu-node-07|29517|GPU-c,GPU-d" in last["log_tail"]
+
+
+def test_simulated_job_sets_the_sm_activity_of_its_gpus_on_a_simulated_node(tmp_path, reports):
+    sim = SimulatedNvml("n1", gpu_count=2)
+    reader = NvmlReader(sim)
+    runner = JobRunner(
+        hostname="n1",
+        report=reports,
+        log_dir=tmp_path,
+        simulated=True,
+        run_commands=False,
+        set_load=sim.set_load,
+    )
+    try:
+        env = {"SIMULATED_DURATION": "30", "SIMULATED_UTIL": "100", "SIMULATED_SM_ACTIVE": "2"}
+        spec = _spec(argv=["train.py"], env=env, gpu_uuids=sim.gpu_uuids[:1])
+        reader.sample()
+        assert runner.launch(spec) == "started"
+        time.sleep(0.3)
+        busy, untouched = reader.sample()
+        assert busy["util_gpu"] >= 95 and busy["sm_active"] == pytest.approx(2, abs=0.5)
+        assert untouched["sm_active"] == pytest.approx(0, abs=0.5)
+    finally:
+        runner.stop_all()
+        reader.close()

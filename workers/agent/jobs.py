@@ -29,8 +29,11 @@ SIMULATED_RUN = "SIMULATED_RUN"
 DEFAULT_SIMULATED_SECONDS = 60.0
 # ... exiting with this code (default 0).
 SIMULATED_EXIT_CODE = "SIMULATED_EXIT_CODE"
-# Load (GPU util %) a simulated job puts on its GPUs (default 95).
+# Load (GPU util %) a simulated job puts on its GPUs (default 95)...
 SIMULATED_UTIL = "SIMULATED_UTIL"
+# ... and the SM activity (%) GPUs with GPM metrics report for it (default: follows the load;
+# a job of tiny kernels: SIMULATED_UTIL=100, SIMULATED_SM_ACTIVE=2).
+SIMULATED_SM_ACTIVE = "SIMULATED_SM_ACTIVE"
 
 Report = Callable[[dict], None]
 
@@ -74,7 +77,7 @@ class JobRunner:
         log_dir: Path,
         simulated: bool = False,
         run_commands: bool = False,
-        set_load: Callable[[str, float | None], None] | None = None,
+        set_load: Callable[..., None] | None = None,
         report_retries: int = 5,
     ) -> None:
         self.hostname = hostname
@@ -164,7 +167,8 @@ class JobRunner:
                 grace_seconds=float(spec.get("grace_seconds", 30)),
             )
             self.running[(job_id, attempt)] = record
-        self._load(record, float((spec.get("env") or {}).get(SIMULATED_UTIL, 95)))
+        env = spec.get("env") or {}
+        self._load(record, float(env.get(SIMULATED_UTIL, 95)), env.get(SIMULATED_SM_ACTIVE))
         self._report(job_id, attempt, rank, "started", log_path=log_path)
         threading.Thread(
             target=self._watch,
@@ -239,12 +243,15 @@ class JobRunner:
     def _killed_marker(self, job_id: int, attempt: int) -> Path:
         return self.log_dir / f"job-{job_id}-{attempt}.killed"
 
-    def _load(self, record: RunningProcess, util: float | None) -> None:
+    def _load(self, record: RunningProcess, util: float | None, sm_active=None) -> None:
         if self.set_load is None:
             return
         for uuid in record.gpu_uuids:
             try:
-                self.set_load(uuid, util)
+                if sm_active is None:
+                    self.set_load(uuid, util)
+                else:
+                    self.set_load(uuid, util, sm_active=float(sm_active))
             except Exception:  # noqa: BLE001 - a GPU this simulator lacks: no load to show
                 logger.debug("no simulated GPU %s", uuid)
 
