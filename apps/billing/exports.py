@@ -108,7 +108,7 @@ GROUP_FIELDS = {
 }  # fmt: skip
 
 
-def _team_order():
+def team_order():
     return [F("team__slug").asc(nulls_last=True)]
 
 
@@ -116,7 +116,7 @@ def _lines_queryset(scope: ExportScope):
     entries = LedgerEntry.objects.filter(period_id=scope.period.pk)
     if scope.team_id is not None:
         entries = entries.filter(team_id=scope.team_id)
-    order = [*_team_order(), "day", F("gpu_model__name").asc(nulls_first=True)]
+    order = [*team_order(), "day", F("gpu_model__name").asc(nulls_first=True)]
     if scope.level == DETAIL:
         order += ["source", "source_id", F("gpu__uuid").asc(nulls_first=True), "over_quota"]
     return (
@@ -143,7 +143,7 @@ def _carried_before(scope: ExportScope) -> Decimal:
         LedgerEntry.objects.filter(period_id=scope.period.pk)
         .values("team_id", "team__slug")
         .annotate(total=ExactSum("cost"))
-        .order_by(*_team_order())
+        .order_by(*team_order())
     )
     carried = Decimal(0)
     for row in totals:
@@ -175,7 +175,7 @@ def team_totals(period: BillingPeriod) -> list[dict]:
             sum_energy_kwh=ExactSum("energy_kwh", places=6),
             **_money_sums(),
         )
-        .order_by(*_team_order())
+        .order_by(*team_order())
     )
     rounder = RunningRounder()
     result = []

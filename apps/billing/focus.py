@@ -16,6 +16,7 @@ Our own columns carry the `x_` prefix.
 """
 
 import json
+from collections import defaultdict
 from collections.abc import Iterator
 from datetime import UTC, date, datetime, timedelta
 from decimal import ROUND_HALF_EVEN, Decimal
@@ -26,7 +27,15 @@ from django.db.models import Sum
 from django.db.models.functions import TruncDate
 
 from apps.billing.choices import ChargeSource
-from apps.billing.exports import DETAIL, ExportScope, cents, export_lines, flag, gpu_hours
+from apps.billing.exports import (
+    DETAIL,
+    ExportScope,
+    cents,
+    export_lines,
+    flag,
+    gpu_hours,
+    team_order,
+)
 from apps.billing.invoices import invoice_id
 from apps.billing.models import LedgerEntry
 from apps.billing.periods import month_bounds
@@ -110,18 +119,37 @@ class _Context:
     def gpu_day_seconds(self, uuid: str, day: date) -> int:
         """GPU-seconds charged for one GPU on one day, every team and the platform together."""
         if self._gpu_day_seconds is None:
-            rows = (
-                LedgerEntry.objects.filter(period_id=self.scope.period.pk, gpu__isnull=False)
-                .annotate(day=TruncDate("slice_start", tzinfo=UTC))
-                .values_list("gpu__uuid", "day")
-                .annotate(seconds=Sum("gpu_seconds"))
-            )
-            self._gpu_day_seconds = {(u, d): s or 0 for u, d, s in rows}
+            self._load_gpu_days()
         return self._gpu_day_seconds.get((uuid, day), 0)
 
+    def _load_gpu_days(self) -> None:
+        """Each GPU-day's seconds; for one team's export, also the seconds of the teams ordered
+        before it, so its ratios round exactly as in the export of every team."""
+        entries = LedgerEntry.objects.filter(period_id=self.scope.period.pk)
+        rows = (
+            entries.filter(gpu__isnull=False)
+            .annotate(day=TruncDate("slice_start", tzinfo=UTC))
+            .values_list("gpu__uuid", "day", "team_id")
+            .annotate(seconds=Sum("gpu_seconds"))
+        )
+        before = set()
+        if self.scope.team_id is not None:
+            teams = entries.values_list("team_id", "team__slug").distinct()
+            for team_id, _ in teams.order_by(*team_order()):
+                if team_id == self.scope.team_id:
+                    break
+                before.add(team_id)
+        self._gpu_day_seconds = defaultdict(int)
+        for uuid, day, team_id, seconds in rows:
+            self._gpu_day_seconds[(uuid, day)] += seconds or 0
+            if team_id in before:
+                self._allocated_seconds[(uuid, day)] = self._allocated_seconds.get(
+                    (uuid, day), 0
+                ) + (seconds or 0)
+
     def ratio(self, uuid: str, day: date, seconds: int) -> Decimal:
-        """This share's part of the GPU-day, rounded with a running total so that the parts of
-        one GPU-day add up to exactly 1."""
+        """This share's part of the GPU-day, rounded with a running total (in the order of the
+        export of every team) so that the parts of one GPU-day add up to exactly 1."""
         total = self.gpu_day_seconds(uuid, day)
         if total <= 0:
             return Decimal(0)
