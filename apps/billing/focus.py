@@ -295,7 +295,7 @@ def _allocated_row(context: _Context, line: dict, base: dict, share: tuple) -> d
         }
     )
     if name in (BUSY, HELD_IDLE):
-        row["x_BusyGpuHours"] = gpu_hours(line["sum_busy_seconds"]) if name == BUSY else 0
+        row["x_BusyGpuHours"] = gpu_hours(line["sum_busy_seconds"]) if name == BUSY else Decimal(0)
         row["x_IdleGpuHours"] = quantity if name == HELD_IDLE else Decimal(0)
         row["CapacityReservationId"] = f"reservation/{line['source_id']}"
         row["CapacityReservationStatus"] = "Unused" if name == HELD_IDLE else "Used"
