@@ -7,8 +7,11 @@
 (b) Replays the loaded synthetic trace of ``bench/tracegen.py`` (84,000 jobs, 15 teams) on
     64 x 8 GPUs, and (c) the Alibaba openb pod list on the number of 8-GPU nodes it loads to
     about 75 % on average (teams = its QoS classes): for each, the floor (a
-    minimal heap-based FIFO simulation written here) and every policy's wall time with its
-    ratio to the floor, the fairshare / fifo / sjf table, and each target met or missed.
+    minimal heap-based FIFO simulation written here, fastest of three runs) and every
+    policy's wall and CPU time with their ratios to the floor, the fairshare / fifo / sjf
+    table, and each target met or missed (the ratio target on CPU time: on a shared machine
+    wall time swings with whatever else runs; both are printed); a note when fair share's
+    Jain is below FIFO's; then fairshare with the other spare pool orders (las, slowdown).
 
 Run: .venv/bin/python bench/scheduler.py [--skip-replay] [--replay-jobs N] [--seed S]
 """
@@ -187,29 +190,44 @@ def fifo_floor(jobs, nodes: int, per_node: int) -> tuple[float, float]:
 POLICIES = ("fairshare", "fifo", "sjf")
 
 
+def timed(fn, *args):
+    """(result, wall seconds, CPU seconds of this process) of one call."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    result = fn(*args)
+    return result, time.perf_counter() - wall, time.process_time() - cpu
+
+
 def replay_case(label: str, jobs, gpus, nodes: int, per_node: int) -> dict:
     from apps.jobs.scheduler.replay import format_table, simulate
     from apps.jobs.scheduler.trace import default_quotas
 
     quotas = default_quotas(gpus, sorted({j.team for j in jobs}))
     print(f"(b) replay {label}: {len(jobs):,} jobs on {len(gpus)} GPUs")
-    floor, floor_jct = fifo_floor(jobs, nodes, per_node)
-    print(f"  floor (minimal heap FIFO) wall {floor:7.1f} s  avg JCT {floor_jct / 3600:.2f} h")
-    results, walls = {}, {}
+    # The floor's fastest of three runs (wall and CPU each): the strictest floor.
+    floors = [timed(fifo_floor, jobs, nodes, per_node) for _ in range(3)]
+    floor, floor_cpu = min(f[1] for f in floors), min(f[2] for f in floors)
+    floor_jct = floors[0][0][1]
+    print(
+        f"  floor (minimal heap FIFO) wall {floor:7.2f} s  CPU {floor_cpu:7.2f} s  "
+        f"avg JCT {floor_jct / 3600:.2f} h"
+    )
+    results, walls, cpus = {}, {}, {}
     for policy in POLICIES:
-        t0 = time.perf_counter()
-        results[policy] = simulate(jobs, gpus, quotas, policy)
-        walls[policy] = time.perf_counter() - t0
+        results[policy], walls[policy], cpus[policy] = timed(simulate, jobs, gpus, quotas, policy)
         print(
-            f"  {policy:9s} wall {walls[policy]:7.1f} s  {len(jobs) / walls[policy]:9.0f} jobs/s"
-            f"  ratio to floor {walls[policy] / floor:5.2f}x",
+            f"  {policy:9s} wall {walls[policy]:7.2f} s  CPU {cpus[policy]:7.2f} s  "
+            f"{len(jobs) / walls[policy]:9.0f} jobs/s  ratio to floor: wall "
+            f"{walls[policy] / floor:5.2f}x, CPU {cpus[policy] / floor_cpu:5.2f}x",
             flush=True,
         )
     print(format_table(results))
     fs, ff = results["fairshare"], results["fifo"]
     checks = [(f"{p} replay < 60 s", f"{walls[p]:.1f} s", walls[p] < 60) for p in POLICIES] + [
-        (f"{p} <= 3x floor", f"{walls[p] / floor:.2f}x", walls[p] <= 3 * floor) for p in POLICIES
-    ]
+        (f"{p} <= 3x floor (CPU)",
+         f"{cpus[p] / floor_cpu:.2f}x (wall {walls[p] / floor:.2f}x)",
+         cpus[p] <= 3 * floor_cpu)
+        for p in POLICIES
+    ]  # fmt: skip
     checks += [
         ("fairshare avg JCT <= 0.8 x FIFO", f"{fs.avg_jct / ff.avg_jct:.3f}x",
          fs.avg_jct <= 0.8 * ff.avg_jct),
