@@ -143,9 +143,13 @@ def estimated_costs(jobs, *, now: datetime) -> dict[int, dict]:
         candidates = [(job.gpu_model_id, job.gpu_model.name)] if job.gpu_model_id else models
         best = None
         for model_id, name in candidates:
-            guarantee = guaranteed.get((job.team_id, model_id), guaranteed.get((job.team_id, None)))
-            held = used.get((job.team_id, model_id), 0)
-            over_gpus = min(job.gpu_count, max(0, held + job.gpu_count - (guarantee or 0)))
+            if (job.team_id, model_id) in guaranteed:
+                guarantee = guaranteed[(job.team_id, model_id)]
+                held = used.get((job.team_id, model_id), 0)
+            else:  # a quota across all models counts the team's GPUs of every model
+                guarantee = guaranteed.get((job.team_id, None), 0)
+                held = sum(n for (team_id, _), n in used.items() if team_id == job.team_id)
+            over_gpus = min(job.gpu_count, max(0, held + job.gpu_count - guarantee))
             hours = job.gpu_count * job.max_runtime_seconds / 3600
             over_hours = over_gpus * job.max_runtime_seconds / 3600
             cost = prices.cost(name, hours=hours, over_hours=over_hours, at=now)

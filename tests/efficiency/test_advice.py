@@ -133,3 +133,35 @@ def test_an_allocation_cut_by_the_window_is_not_read_from_its_summary(scenario, 
     filters = Filters(start=scenario.t0, end=scenario.t0 + timedelta(hours=1), kind="job")
     a = _by_key(right_sizing(user=team_admin, filters=filters))[f"job-{scenario.a.pk}"]
     assert a.efficiency.gpu_hours == pytest.approx(4.0)  # the first hour only, summed live
+
+
+def test_memory_advice_names_a_cheaper_model_where_mig_is_not_offered(
+    team, member, team_admin, fleet
+):
+    from apps.fleet.models import Gpu, GpuModel
+    from tests.efficiency.conftest import add_minutes, make_job
+    from tests.factories import GpuModelFactory, RateCardFactory
+
+    l40s = GpuModel.objects.get(name="L40S-48GB")
+    GpuModel.objects.filter(pk=l40s.pk).update(memory_mib=46068)
+    RateCardFactory(gpu_model=l40s, price_per_gpu_hour=Decimal("1.00"))
+    # A cheaper model with enough memory, and a cheaper one with too little.
+    RateCardFactory(
+        gpu_model=GpuModelFactory(name="L4-24GB", memory_mib=23034),
+        price_per_gpu_hour=Decimal("0.40"),
+    )
+    RateCardFactory(
+        gpu_model=GpuModelFactory(name="T4-16GB", memory_mib=15360),
+        price_per_gpu_hour=Decimal("0.20"),
+    )
+    start = window_bounds()[1].replace(minute=0, second=0, microsecond=0) - timedelta(hours=5)
+    gpus = list(Gpu.objects.filter(node__hostname="l40s-a").order_by("index")[:2])
+    job = make_job(team, member, gpus, start, 3)
+    for gpu in gpus:
+        add_minutes(gpu, start, 180, util=70, mem=15000, mem_max=18000)
+    (item,) = _advice(team_admin)
+    # Peak 18,000 of 46,068 MiB (39 %): L40S has no MIG; L4 (23,034 MiB) holds it, T4 does
+    # not. 2 GPUs x 3 h = 6 GPU-h x (1.00 - 0.40) = 3.60.
+    assert item.pk == job.pk and [f.kind for f in item.findings] == ["memory"]
+    assert item.findings[0].suggestion == "L4-24GB GPUs instead of L40S-48GB"
+    assert item.findings[0].saving == Decimal("3.60")

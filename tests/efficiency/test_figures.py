@@ -239,3 +239,28 @@ def test_member_figures_read_stored_summaries_of_ended_work(scenario, team):
     allocation_summaries_update(since=scenario.t0 - timedelta(days=1))
     GpuMinuteRollup.objects.all().delete()
     assert member_figures(team=team) == live
+
+
+def test_estimate_under_a_quota_for_all_models_and_for_any_model(team, member, fleet, h100):
+    from apps.efficiency.selectors import estimated_costs
+    from apps.fleet.models import Gpu, GpuModel
+    from apps.teams.models import Quota
+
+    l40s = GpuModel.objects.get(name="L40S-48GB")
+    RateCardFactory(gpu_model=h100, price_per_gpu_hour=Decimal("2.50"))
+    RateCardFactory(
+        gpu_model=l40s, price_per_gpu_hour=Decimal("1.00"), over_quota_multiplier=Decimal("2")
+    )
+    Quota.objects.create(team=team, gpu_model=None, guaranteed=2, limit=8)
+    running = make_job(team, member, [Gpu.objects.filter(model=h100).first()], timezone.now(), 1)
+    running.allocations.update(end=None)
+    on_l40s = JobFactory(team=team, submitted_by=member, gpu_model=l40s, gpu_count=2)
+    anywhere = JobFactory(team=team, submitted_by=member, gpu_model=None, gpu_count=1)
+    figures = estimated_costs([on_l40s, anywhere], now=timezone.now())
+    # The team holds 1 H100; the all-models guarantee is 2: of 2 more GPUs 1 is over it.
+    # 2 GPU-h x 1.00 + 1 GPU-h x 1.00 x (2 - 1) = 3.00.
+    assert figures[on_l40s.pk]["estimated_cost"] == "3.00"
+    assert figures[on_l40s.pk]["estimated_over_quota_gpus"] == 1
+    # Any model: priced at the dearest it could land on, H100 at 2.50 (within the guarantee).
+    assert figures[anywhere.pk]["estimated_cost"] == "2.50"
+    assert figures[anywhere.pk]["estimated_cost_is_upper_bound"] is True
