@@ -304,6 +304,12 @@ def test_a_run_whose_worker_died_is_failed_by_the_sweeper_and_says_so(
         created_at=timezone.now() - timedelta(days=1)
     )
     assert tasks.what_if_sweep() == []
+    from django.conf import settings as django_settings
+
+    from portal.celery import app
+
+    beat = django_settings.CELERY_BEAT_SCHEDULE["jobs-what-if-sweep"]
+    assert beat["task"] == "jobs.what_if_sweep" and beat["task"] in app.tasks
     assert set(WhatIfRun.objects.values_list("pk", "status")) == {
         (run.pk, WhatIfStatus.FAILED), (done.pk, WhatIfStatus.DONE),
         (queued.pk, WhatIfStatus.QUEUED),
