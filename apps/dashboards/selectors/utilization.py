@@ -4,7 +4,8 @@ counts them), busy from the rollups."""
 from collections import defaultdict
 from datetime import datetime, timedelta
 
-from django.db.models import Count, Q, Sum
+from django.db import connection
+from django.db.models import Count, DateTimeField, Func, Q, Sum, Value
 
 from apps.dashboards.selectors.filters import (
     UNALLOCATED,
@@ -126,32 +127,71 @@ def allocated_series(filters: Filters, times: list[datetime], step: timedelta) -
     return result
 
 
-def _busy_rows(filters: Filters):
-    """(bucket, team id, GPU model id, busy seconds, sum of util %, GPU-buckets with util) per
-    bucket, team and model. Windows over a day read the pre-summed (hour, team, model) rollup,
-    a few thousand rows for a month of a large fleet; a day reads the minute rollups."""
+class DateBin(Func):
+    """PostgreSQL's date_bin(stride, source, origin): the start of the step a time falls in."""
+
+    function = "date_bin"
+    output_field = DateTimeField()
+
+
+def _busy_and_util(filters: Filters, origin: datetime, step: timedelta) -> tuple[list, list]:
+    """Busy seconds per (step start, team) and util sums per (team, GPU model) in the window:
+    ([(t, team_id, busy_seconds)], [(team_id, model_id, util_sum, util_n)]).
+
+    Windows over a day read the pre-summed (hour, team, model) rollup; on PostgreSQL both are
+    summed in SQL to steps (date_bin), a few thousand rows at most for a month of a large
+    fleet. A day reads the minute rollups, summed per (minute, team, model) in SQL; elsewhere
+    (SQLite) buckets are merged into steps here."""
     with_pool = filters.sees_all and not filters.team_slug
     if not filters.fine:
-        return team_model_hours(
+        rows = team_model_hours(
             start=filters.start,
             end=filters.end,
             team_ids=filters.team_ids,
             unallocated=with_pool,
             gpu_model_id=filters.gpu_model.pk if filters.gpu_model else None,
-        ).values_list("bucket", "team_id", "gpu_model_id", "busy_seconds", "util_sum", "util_n")
-    _, rows = rollup_rows(filters)
-    scope = Q(team_id__in=filters.team_ids)
-    if with_pool:
-        scope |= Q(team__isnull=True)
-    return (
-        rows.filter(scope)
-        .values_list("bucket", "team_id", "gpu__model_id")
-        .annotate(
-            busy=Sum("busy_seconds"),
-            util_sum=Sum("util_avg"),
-            util_n=Count("util_avg"),
         )
-        .order_by()
+        if connection.vendor == "postgresql":
+            busy = (
+                rows.annotate(t=DateBin(Value(step), "bucket", Value(origin)))
+                .values_list("t", "team_id")
+                .annotate(busy=Sum("busy_seconds"))
+                .order_by()
+            )
+            util = (
+                rows.values_list("team_id", "gpu_model_id")
+                .annotate(total=Sum("util_sum"), n=Sum("util_n"))
+                .order_by()
+            )
+            return list(busy), list(util)
+        grouped = rows.values_list(
+            "bucket", "team_id", "gpu_model_id", "busy_seconds", "util_sum", "util_n"
+        )
+    else:
+        _, rows = rollup_rows(filters)
+        scope = Q(team_id__in=filters.team_ids)
+        if with_pool:
+            scope |= Q(team__isnull=True)
+        grouped = (
+            rows.filter(scope)
+            .values_list("bucket", "team_id", "gpu__model_id")
+            .annotate(
+                busy=Sum("busy_seconds"),
+                util_sum=Sum("util_avg"),
+                util_n=Count("util_avg"),
+            )
+            .order_by()
+        )
+    busy_sums: dict[tuple, float] = defaultdict(float)
+    util_sums: dict[tuple, list] = defaultdict(lambda: [0.0, 0])
+    for bucket, team_id, model_id, busy_seconds, util_sum, util_n in grouped:
+        busy_sums[(floor_to_step(bucket, origin, step), team_id)] += busy_seconds or 0
+        cell = util_sums[(team_id, model_id)]
+        cell[0] += util_sum or 0
+        cell[1] += util_n
+    return (
+        [(t, team_id, seconds) for (t, team_id), seconds in busy_sums.items()],
+        [(team_id, model_id, total, n) for (team_id, model_id), (total, n) in util_sums.items()],
     )
 
 
@@ -161,30 +201,27 @@ def utilization_series(filters: Filters) -> dict:
 
     Allocated GPUs come from bookings and jobs (`allocated_series`), the same at every range.
     Busy GPUs come from the rollups (busy seconds / bucket seconds, i.e. GPU-equivalents busy):
-    per (bucket, team, model), pre-summed for hour windows (TeamModelHourRollup), summed in
-    SQL from minute rollups for a day; Python merges buckets into steps. Returns
+    per step and team, from the pre-summed (hour, team, model) rollup for windows over a day
+    (`_busy_and_util`), from minute rollups for a day. Returns
     {"step", "times", "allocated": {team: [...]}, "busy": {team: [...]},
     "by_team_model": [{"team_slug", "model_name", "util"}], "has_telemetry"}."""
     bucket_seconds = 60 if filters.fine else 3600
-    grouped = _busy_rows(filters)
     slugs = {t.pk: t.slug for t in filters.teams}
     model_names = dict(GpuModel.objects.values_list("pk", "name"))
     step = step_for(filters)
     origin = floor_to_step(filters.start, datetime(2000, 1, 1, tzinfo=filters.start.tzinfo), step)
     per_step = int(step.total_seconds() // bucket_seconds)
+    busy_rows, util_rows = _busy_and_util(filters, origin, step)
     busy: dict[str, dict] = defaultdict(lambda: defaultdict(float))
-    util: dict[tuple, list] = defaultdict(lambda: [0.0, 0])
-    has_telemetry = False
-    for bucket, team_id, model_id, busy_seconds, util_sum, util_n in grouped:
-        has_telemetry = True
-        key = floor_to_step(bucket, origin, step)
+    for t, team_id, busy_seconds in busy_rows:
         name = slugs.get(team_id, UNALLOCATED) if team_id is not None else UNALLOCATED
         # Average over the step: each bucket adds its share.
-        busy[name][key] += (busy_seconds or 0) / bucket_seconds / per_step
-        if team_id is not None and util_n:
-            cell = util[(name, model_names[model_id])]
-            cell[0] += util_sum
-            cell[1] += util_n
+        busy[name][t] += (busy_seconds or 0) / bucket_seconds / per_step
+    util = {
+        (slugs[team_id], model_names[model_id]): (total, n)
+        for team_id, model_id, total, n in util_rows
+        if team_id in slugs and n
+    }
     times = []
     t = floor_to_step(filters.start, origin, step)
     while t < filters.end:
@@ -203,5 +240,5 @@ def utilization_series(filters: Filters) -> dict:
             {"team_slug": team, "model_name": model, "util": total / n}
             for (team, model), (total, n) in sorted(util.items())
         ],
-        "has_telemetry": has_telemetry,
+        "has_telemetry": bool(busy_rows),
     }
