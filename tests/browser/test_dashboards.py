@@ -111,6 +111,18 @@ def test_charts_side_by_side_on_wide_screens_stacked_on_small_laptops(login_as, 
     assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
 
 
+def test_idle_page_says_which_signal_each_gpu_is_judged_on(login_as, telemetry_history):
+    page = login_as("admin")
+    page.goto("/dashboards/idle/?range=24h")
+    # The demo's H100s report SM activity (GPM); its A100s and L40S only utilization %.
+    counts = page.get_by_test_id("signal-counts")
+    expect(counts).to_contain_text("SM activity (GPM) for")
+    expect(counts).to_contain_text("utilization % for")
+    page.get_by_text("Every GPU (links)").click()
+    expect(page.locator("[data-signal='sm_active']").first).to_be_visible()
+    expect(page.locator("[data-signal='util']").first).to_be_visible()
+
+
 def test_member_without_telemetry_sees_empty_states(login_as):
     page = login_as("alice")
     page.goto("/dashboards/utilization/")
