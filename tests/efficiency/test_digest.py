@@ -112,3 +112,17 @@ def test_digest_goes_from_the_task_through_a_worker_and_the_outbox_to_email(scen
     assert sent.team.slug == "vision" and str(sent.saving) == "23.79"
     # The console mail backend of the worker printed the email it sent.
     assert f"To: {team_admin.email}" in output and "23.79 USD" in output
+
+
+@pytest.mark.django_db
+def test_admin_lists_digests_read_only(
+    scenario, team_admin, client, django_capture_on_commit_callbacks
+):
+    from tests.factories import PlatformAdminFactory
+
+    with django_capture_on_commit_callbacks(execute=True):
+        weekly_digest_send(week_of=scenario.t0.date())
+    client.force_login(PlatformAdminFactory(is_staff=True, is_superuser=True))
+    page = client.get("/admin/efficiency/digestsent/")
+    assert page.status_code == 200 and "vision" in page.content.decode()
+    assert client.get("/admin/efficiency/digestsent/add/").status_code == 403
