@@ -48,6 +48,19 @@ def reservation_list_view(request):
     )
 
 
+@login_required
+def reservation_detail_view(request, pk: int):
+    """One booking: its GPUs, and what higher apps add (efficiency, cost so far)."""
+    reservation = get_object_or_404(selectors.reservation_list(user=request.user), pk=pk)
+    selectors.with_figures([reservation])
+    holdings = reservation.holdings.filter(active=True).select_related("gpu__node")
+    return render(
+        request,
+        "reservations/reservation_detail.html",
+        {"r": reservation, "holdings": holdings.order_by("gpu__node__hostname", "gpu__index")},
+    )
+
+
 def _timeline_rows(gpu_model, *, days: int = 7, bucket_hours: int = 3):
     """Free GPUs per block for whole UTC days from today, as rows of (moment, free, past);
     every row has the same blocks so the columns line up."""

@@ -264,3 +264,15 @@ def test_estimate_under_a_quota_for_all_models_and_for_any_model(team, member, f
     # Any model: priced at the dearest it could land on, H100 at 2.50 (within the guarantee).
     assert figures[anywhere.pk]["estimated_cost"] == "2.50"
     assert figures[anywhere.pk]["estimated_cost_is_upper_bound"] is True
+
+
+def test_booking_page_shows_its_efficiency_and_cost_to_its_team_only(
+    scenario, team_admin, outsider, client
+):
+    meter_interval(start=scenario.t0, end=scenario.t0 + timedelta(hours=6))
+    client.force_login(team_admin)
+    page = client.get(f"/reservations/{scenario.c.pk}/").content.decode()
+    assert 'data-testid="reservation-efficiency"' in page
+    assert "5.00 USD" in page and "2 of 2" in page and "h100-b" in page
+    client.force_login(outsider)
+    assert client.get(f"/reservations/{scenario.c.pk}/").status_code == 404
