@@ -90,9 +90,23 @@ def utilization(filters: Filters) -> dict:
     cells = series["by_team_model"]
     teams = sorted({c["team_slug"] for c in cells})
     models = sorted({c["model_name"] for c in cells})
+    # SM activity where the GPUs report it (GPM): utilization % counts a GPU running one tiny
+    # kernel as fully used.
     z = [[None for _ in models] for _ in teams]
+    text = [["" for _ in models] for _ in teams]
+    hover = [["" for _ in models] for _ in teams]
     for c in cells:
-        z[teams.index(c["team_slug"])][models.index(c["model_name"])] = round(c["util"], 1)
+        row, col = teams.index(c["team_slug"]), models.index(c["model_name"])
+        gpm = c["sm_active"] is not None
+        z[row][col] = round(c["sm_active"] if gpm else c["util"], 1)
+        text[row][col] = f"{z[row][col]:.0f}%" + (" SM" if gpm else "")
+        hover[row][col] = f"{c['team_slug']} on {c['model_name']}: " + (
+            f"SM activity {c['sm_active']:.1f}% (utilization {c['util']:.1f}%)"
+            if gpm and c["util"] is not None
+            else f"SM activity {c['sm_active']:.1f}%"
+            if gpm
+            else f"utilization {c['util']:.1f}% (no GPM metrics on this model)"
+        )
     per_team = go.Figure(
         go.Heatmap(
             x=models,
@@ -101,9 +115,11 @@ def utilization(filters: Filters) -> dict:
             zmin=0,
             zmax=100,
             colorscale="Cividis",
-            colorbar={"title": "Utilization (%)"},
-            texttemplate="%{z:.0f}%",
-            hovertemplate="%{y} on %{x}: %{z:.1f}%<extra></extra>",
+            colorbar={"title": "SM activity (GPM)<br>or utilization (%)"},
+            text=text,
+            texttemplate="%{text}",
+            customdata=hover,
+            hovertemplate="%{customdata}<extra></extra>",
         ),
         layout={
             **LAYOUT,

@@ -44,3 +44,25 @@ def test_gpu_below_sm_threshold_is_not_busy_even_at_full_utilization(platform_ad
     )
     body = client_for(platform_admin).get("/api/v1/dashboards/idle/?range=24h").json()
     assert body["state_counts"]["busy"] == 0 and body["state_counts"]["held_idle"] == 3
+
+
+def test_utilization_heatmap_shows_sm_activity_where_the_gpus_report_it(
+    platform_admin, gpm_history
+):
+    """history: vision's H100 gpu0 at 80 % utilization; with GPM its SM activity (40 %) is
+    what the team/model heatmap shows, labelled as such; nlp's H100 without GPM shows
+    utilization."""
+    body = client_for(platform_admin).get("/api/v1/dashboards/utilization/?range=24h").json()
+    (heat,) = body["figures"]["util-team-model"]["data"]
+    cells = {
+        (team, model): (z, text, hover)
+        for team, zs, texts, hovers in zip(
+            heat["y"], heat["z"], heat["text"], heat["customdata"], strict=True
+        )
+        for model, z, text, hover in zip(heat["x"], zs, texts, hovers, strict=True)
+    }
+    z, text, hover = cells[("vision", "H100-SXM-80GB")]
+    assert (z, text) == (40.0, "40% SM")
+    assert hover == "vision on H100-SXM-80GB: SM activity 40.0% (utilization 80.0%)"
+    z, text, hover = cells[("nlp", "H100-SXM-80GB")]
+    assert (z, text) == (0.0, "0%") and "no GPM metrics" in hover

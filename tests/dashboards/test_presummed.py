@@ -213,6 +213,18 @@ def test_utilization_series_matches_a_direct_computation(month, platform_admin):
     assert {(r["team_slug"], r["model_name"]): r["util"] for r in result["by_team_model"]} == (
         pytest.approx({key: sum(v) / len(v) for key, v in util.items()})
     )
+    sm = {(r["team_slug"], r["model_name"]): r["sm_active"] for r in result["by_team_model"]}
+    assert {key for key, value in sm.items() if value is not None} == {
+        (name, "H100-SXM-80GB") for name in ("nlp", "vision")
+    }
+    for (name, model), value in sm.items():
+        if value is not None:
+            rows = GpuHourRollup.objects.filter(
+                bucket__gte=filters.start, bucket__lt=filters.end, team__slug=name,
+                gpu__model__name=model,
+            )  # fmt: skip
+            values = [r.sm_active_avg for r in rows]
+            assert value == pytest.approx(sum(values) / len(values))
 
 
 def test_idle_hours_are_summed_in_sql_as_by_hand(fleet, team, other_team, h100):

@@ -135,8 +135,9 @@ class DateBin(Func):
 
 
 def _busy_and_util(filters: Filters, origin: datetime, step: timedelta) -> tuple[list, list]:
-    """Busy seconds per (step start, team) and util sums per (team, GPU model) in the window:
-    ([(t, team_id, busy_seconds)], [(team_id, model_id, util_sum, util_n)]).
+    """Busy seconds per (step start, team), and sums and counts of utilization and SM activity
+    per (team, GPU model) in the window: ([(t, team_id, busy_seconds)],
+    [(team_id, model_id, util_sum, util_n, sm_active_sum, sm_active_n)]).
 
     Windows over a day read the pre-summed (hour, team, model) rollup; on PostgreSQL both are
     summed in SQL to steps (date_bin), a few thousand rows at most for a month of a large
@@ -160,12 +161,24 @@ def _busy_and_util(filters: Filters, origin: datetime, step: timedelta) -> tuple
             )
             util = (
                 rows.values_list("team_id", "gpu_model_id")
-                .annotate(total=Sum("util_sum"), n=Sum("util_n"))
+                .annotate(
+                    total=Sum("util_sum"),
+                    n=Sum("util_n"),
+                    sm_total=Sum("sm_active_sum"),
+                    sm_n=Sum("sm_active_n"),
+                )
                 .order_by()
             )
             return list(busy), list(util)
         grouped = rows.values_list(
-            "bucket", "team_id", "gpu_model_id", "busy_seconds", "util_sum", "util_n"
+            "bucket",
+            "team_id",
+            "gpu_model_id",
+            "busy_seconds",
+            "util_sum",
+            "util_n",
+            "sm_active_sum",
+            "sm_active_n",
         )
     else:
         _, rows = rollup_rows(filters)
@@ -179,19 +192,21 @@ def _busy_and_util(filters: Filters, origin: datetime, step: timedelta) -> tuple
                 busy=Sum("busy_seconds"),
                 util_sum=Sum("util_avg"),
                 util_n=Count("util_avg"),
+                sm_sum=Sum("sm_active_avg"),
+                sm_n=Count("sm_active_avg"),
             )
             .order_by()
         )
     busy_sums: dict[tuple, float] = defaultdict(float)
-    util_sums: dict[tuple, list] = defaultdict(lambda: [0.0, 0])
-    for bucket, team_id, model_id, busy_seconds, util_sum, util_n in grouped:
+    util_sums: dict[tuple, list] = defaultdict(lambda: [0.0, 0, 0.0, 0])
+    for bucket, team_id, model_id, busy_seconds, *activity in grouped:
         busy_sums[(floor_to_step(bucket, origin, step), team_id)] += busy_seconds or 0
         cell = util_sums[(team_id, model_id)]
-        cell[0] += util_sum or 0
-        cell[1] += util_n
+        for i, value in enumerate(activity):
+            cell[i] += value or 0
     return (
         [(t, team_id, seconds) for (t, team_id), seconds in busy_sums.items()],
-        [(team_id, model_id, total, n) for (team_id, model_id), (total, n) in util_sums.items()],
+        [(team_id, model_id, *sums) for (team_id, model_id), sums in util_sums.items()],
     )
 
 
@@ -204,7 +219,8 @@ def utilization_series(filters: Filters) -> dict:
     per step and team, from the pre-summed (hour, team, model) rollup for windows over a day
     (`_busy_and_util`), from minute rollups for a day. Returns
     {"step", "times", "allocated": {team: [...]}, "busy": {team: [...]},
-    "by_team_model": [{"team_slug", "model_name", "util"}], "has_telemetry"}."""
+    "by_team_model": [{"team_slug", "model_name", "util", "sm_active"}], "has_telemetry"}:
+    sm_active is the average SM activity where the GPUs report GPM metrics, else None."""
     bucket_seconds = 60 if filters.fine else 3600
     slugs = {t.pk: t.slug for t in filters.teams}
     model_names = dict(GpuModel.objects.values_list("pk", "name"))
@@ -218,9 +234,9 @@ def utilization_series(filters: Filters) -> dict:
         # Average over the step: each bucket adds its share.
         busy[name][t] += (busy_seconds or 0) / bucket_seconds / per_step
     util = {
-        (slugs[team_id], model_names[model_id]): (total, n)
-        for team_id, model_id, total, n in util_rows
-        if team_id in slugs and n
+        (slugs[team_id], model_names[model_id]): (total, n, sm_total, sm_n)
+        for team_id, model_id, total, n, sm_total, sm_n in util_rows
+        if team_id in slugs and (n or sm_n)
     }
     times = []
     t = floor_to_step(filters.start, origin, step)
@@ -237,8 +253,13 @@ def utilization_series(filters: Filters) -> dict:
         },
         "busy": {n: [round(busy[n].get(t, 0.0), 3) for t in times] for n in names},
         "by_team_model": [
-            {"team_slug": team, "model_name": model, "util": total / n}
-            for (team, model), (total, n) in sorted(util.items())
+            {
+                "team_slug": team,
+                "model_name": model,
+                "util": total / n if n else None,
+                "sm_active": sm_total / sm_n if sm_n else None,
+            }
+            for (team, model), (total, n, sm_total, sm_n) in sorted(util.items())
         ],
         "has_telemetry": bool(busy_rows),
     }
