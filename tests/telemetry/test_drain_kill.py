@@ -68,8 +68,14 @@ def test_sigkill_during_drains_stores_every_batch_exactly_once(fleet, now):
     interrupted = 0
     rng = random.Random(7)
     for _ in range(3):
+        queued = client.llen(queue)
         process = _drain_process()
-        time.sleep(rng.uniform(0.4, 1.2))
+        # Kill right after the drain took its first messages: a fixed delay either lands before
+        # it started (slow start-up) or after it emptied the queue (fast database).
+        deadline = time.monotonic() + 30
+        while client.llen(queue) >= queued and time.monotonic() < deadline:
+            time.sleep(0.002)
+        time.sleep(rng.uniform(0, 0.03))
         process.send_signal(signal.SIGKILL)
         process.wait(timeout=10)
         held = [client.llen(name) for name in client.zrange(registry, 0, -1)]
