@@ -5,30 +5,6 @@ from datetime import datetime
 from apps.efficiency.selectors import job_figures, jobs_in_window
 from apps.jobs.models import Job
 
-TEAM_JOB_COLUMNS = [
-    "job_id",
-    "name",
-    "user",
-    "status",
-    "gpu_model",
-    "gpus",
-    "submitted_at",
-    "started_at",
-    "finished_at",
-    "reservation_id",
-    "gpu_hours",
-    "busy_gpu_hours",
-    "busy_percent",
-    "activity_percent",
-    "activity_signal",
-    "memory_avg_mib",
-    "memory_peak_mib",
-    "memory_total_mib",
-    "idle_gpus",
-    "cost",
-    "estimated_cost",
-    "currency",
-]
 EFFICIENCY_FIELDS = (
     "gpu_hours",
     "busy_gpu_hours",
@@ -40,6 +16,22 @@ EFFICIENCY_FIELDS = (
     "memory_total_mib",
     "idle_gpus",
 )
+TEAM_JOB_COLUMNS = [
+    "job_id",
+    "name",
+    "user",
+    "status",
+    "gpu_model",
+    "gpus",
+    "submitted_at",
+    "started_at",
+    "finished_at",
+    "reservation_id",
+    *EFFICIENCY_FIELDS,
+    "cost",
+    "estimated_cost",
+    "currency",
+]
 BATCH = 500
 
 
