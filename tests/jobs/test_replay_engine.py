@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import io
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -74,6 +75,45 @@ def test_other_spare_orders_also_decide_the_same_incrementally(trace, spare_orde
     kept, rebuilt = [], []
     a = simulate(jobs, gpus, quotas, "fairshare", config, decisions=kept)
     b = simulate(jobs, gpus, quotas, "fairshare", config, incremental=False, decisions=rebuilt)
+    assert kept == rebuilt and a.job_rows == b.job_rows
+
+
+@pytest.mark.parametrize("spare_order", ["share", "las", "slowdown"])
+@pytest.mark.parametrize("last_b_gpu_to", ["vision", "nlp"])
+def test_a_failed_preemption_is_tried_again_when_the_job_turns_to_another_model(
+    spare_order, last_b_gpu_to
+):
+    """Found with --hypothesis-seed=19. Vision's 2-GPU any-model job first goes for model B
+    (more free GPUs), where nothing can be preempted. Then a 1-GPU job takes B's last GPU:
+    vision's own (B's quota left is now too small for the 2-GPU job) or nlp's (B no longer
+    has more free GPUs than A). Either way the job turns to model A, where audio's over-quota
+    job can stop. The kept engine must not carry the failure on B over to A, nor skip vision
+    because vision itself changed nothing."""
+    gpus = [GpuInfo(g, "n0", "A", "d0") for g in range(4)]
+    gpus += [GpuInfo(g, "n1", "B", "d0") for g in range(4, 6)]
+    quotas = [
+        TeamQuota("vision", "A", 2, 2),
+        TeamQuota("vision", "B", 3, 3),
+        TeamQuota("audio", "A", 0, 4),
+        TeamQuota("audio", "B", 0, 0),
+        TeamQuota("nlp", "A", 0, 0),
+        TeamQuota("nlp", "B", 0, 1),
+    ]
+    jobs = [
+        TraceJob(1, 0, 7200, 4, "audio", "A", checkpointable=True),
+        TraceJob(2, 0, 7200, 1, "vision", "B"),
+        TraceJob(3, 3600, 60, 2, "vision"),
+        TraceJob(4, 3630, 60, 1, last_b_gpu_to, "B"),
+    ]
+    config = SchedulerConfig(
+        preempt_min_runtime_seconds=600, preempt_max_lost_ratio=4.0, spare_order=spare_order
+    )
+    kept, rebuilt = [], []
+    a = simulate(jobs, gpus, quotas, "fairshare", config, decisions=kept)
+    b = simulate(jobs, gpus, quotas, "fairshare", config, incremental=False, decisions=rebuilt)
+    # job 4 takes B's last GPU, then audio's job stops for job 3, which starts on A
+    over_quota = last_b_gpu_to == "nlp"
+    assert (3630.0, [(4, (5,), over_quota)], [(1, 3)], [(3, (0, 1))]) in rebuilt
     assert kept == rebuilt and a.job_rows == b.job_rows
 
 

@@ -181,7 +181,9 @@ class Engine(PreemptionMixin, ExplainMixin):
         self.version = 0
         self._no_preemption: tuple[int, float] | None = None
         self.gained = 0  # bumped whenever GPUs go back to the pool
-        self._preempt_failed: dict[int, tuple[int, float]] = {}
+        # job -> (gained, when the next victim becomes eligible, model) of its last failed
+        # preemption: not tried again on that model before either changes
+        self._preempt_failed: dict[int, tuple[int, float, str]] = {}
         # Teams whose queue or holdings changed since the last cycle ended. While no GPU went
         # back to the pool, every other team's next job still does not fit (capacity only
         # shrank), so a cycle need only look at these teams.

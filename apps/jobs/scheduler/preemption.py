@@ -55,19 +55,31 @@ class PreemptionMixin:
             if cand.key != key:
                 heapq.heappush(heap, (cand.key, team))
                 continue
-            # A job that could not start by preempting still cannot until GPUs come back or
-            # another victim passes the minimum runtime (losses only grow meanwhile).
+            # A job that could not start by preempting on a model still cannot there until
+            # GPUs come back or another victim passes the minimum runtime (losses only grow
+            # meanwhile). On another model it may: its team's own placements (quota left) or
+            # other teams' (free GPUs, which order the models of an any-model job) can turn
+            # it to a model never tried.
             failed = self._preempt_failed.get(cand.job.job_id)
-            if failed is not None and failed[0] == self.gained and self.now < failed[1]:
+            if (
+                failed is not None
+                and failed[0] == self.gained
+                and self.now < failed[1]
+                and failed[2] == cand.model
+            ):
                 retry = min(retry, failed[1])
-                self._team_retry[team] = failed[1]
+                self._team_retry[team] = self._retry_at(cand, failed[1])
                 continue
             if self.eligible is None:
                 self._collect_victims()
             if not self.eligible or not self._preempt_for(cand):
-                self._preempt_failed[cand.job.job_id] = (self.gained, self._next_eligible)
+                self._preempt_failed[cand.job.job_id] = (
+                    self.gained,
+                    self._next_eligible,
+                    cand.model,
+                )
                 retry = min(retry, self._next_eligible)
-                self._team_retry[team] = self._next_eligible
+                self._team_retry[team] = self._retry_at(cand, self._next_eligible)
                 continue  # the team's oldest job cannot start by preempting; try no further
             preempted = True
             cand = self._candidate(team, GUARANTEE, fitting=False)
@@ -75,6 +87,15 @@ class PreemptionMixin:
                 heapq.heappush(heap, (cand.key, team))
         if not preempted and self.version == version_before:
             self._no_preemption = (self.version, retry)
+
+    def _retry_at(self, cand: Candidate, eligible_at: float) -> float:
+        """When the team of a candidate that failed to preempt must be looked at again even if
+        it changes nothing: when the next victim becomes eligible, or at the next cycle for a
+        job of any model on a fleet of several (other teams' placements reorder its models by
+        free GPUs, so its next candidate may be on a model not tried yet)."""
+        if cand.job.gpu_model is None and len(self.pool.models) > 1:
+            return self.now
+        return eligible_at
 
     def _collect_victims(self) -> None:
         cfg = self.config
