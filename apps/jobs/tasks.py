@@ -26,7 +26,7 @@ def what_if(run_id: int) -> str:
     return whatif.whatif_run_execute(run_id=run_id)
 
 
-@shared_task(name="jobs.what_if_sweep", time_limit=60)
+@shared_task(name="jobs.what_if_sweep", time_limit=60, soft_time_limit=55)
 def what_if_sweep() -> list[int]:
     """Beat: mark what-if runs whose worker went silent as failed."""
     return whatif.whatif_runs_fail_stalled()

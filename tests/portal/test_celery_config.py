@@ -38,3 +38,21 @@ def test_demo_broker_keeps_every_folder_under_var(tmp_path, monkeypatch):
         "control_folder",
     }
     assert all(v.startswith(str(tmp_path / "broker")) for v in folders.values())
+
+
+def test_every_task_has_a_soft_time_limit_within_its_hard_limit():
+    """Celery refuses to send a task whose soft limit (the global default where the task sets
+    none) exceeds its own hard limit, so beat would log an error every time it is due."""
+    app.loader.import_default_modules()
+    soft_default = app.conf.task_soft_time_limit
+    hard_default = app.conf.task_time_limit
+    wrong = {}
+    for name, task in app.tasks.items():
+        if name.startswith("celery."):
+            continue
+        soft = task.soft_time_limit or soft_default
+        hard = task.time_limit or hard_default
+        if soft and hard and soft > hard:
+            wrong[name] = (soft, hard)
+    assert not wrong, f"soft time limit above the hard limit: {wrong}"
+    assert {entry["task"] for entry in app.conf.beat_schedule.values()} <= set(app.tasks)
