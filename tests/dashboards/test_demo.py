@@ -66,3 +66,55 @@ def test_demo_minute_rollups_cover_the_24h_charts_and_agree_with_the_hours():
     assert hours.count() == 28 * 24
     for rollup in hours:
         assert by_hour[(rollup.gpu_id, rollup.bucket)] == rollup.busy_seconds
+
+
+def test_demo_jobs_have_cost_efficiency_advice_and_a_waiting_job_once():
+    from apps.billing.choices import ChargeSource
+    from apps.billing.selectors import cost_by_source
+    from apps.efficiency.advice import Filters, FindingKind, right_sizing
+    from apps.efficiency.selectors import job_figures, window_bounds
+    from apps.jobs.choices import FINISHED_STATUSES, JobStatus
+    from apps.jobs.dispatch import schedule_cycle
+    from apps.jobs.models import Job, JobAllocation
+    from apps.reservations.models import ReservationGpu
+    from apps.teams.models import User
+
+    call_command("seed_demo")
+    finished = Job.objects.filter(status__in=FINISHED_STATUSES)
+    assert finished.count() == 6
+    assert {j.team.slug for j in finished} == {"nlp", "vision"}
+    # No job shares a GPU with a booking or another job while it runs.
+    for a in JobAllocation.objects.all():
+        assert a.end and a.released_at == a.end
+        assert not ReservationGpu.objects.filter(
+            gpu=a.gpu, active=True, start__lt=a.end, end__gt=a.start
+        ).exists()
+        assert (
+            not JobAllocation.objects.filter(gpu=a.gpu, start__lt=a.end, end__gt=a.start)
+            .exclude(pk=a.pk)
+            .exists()
+        )
+    costs = cost_by_source(source=ChargeSource.JOB, ids=finished.values_list("pk", flat=True))
+    assert len(costs) == 6 and all(cost > 0 for cost in costs.values())
+    figures = job_figures(jobs=finished)
+    train = finished.get(name="segmentation-train")
+    eff = figures[train.pk]["efficiency"]
+    assert eff["busy_gpu_hours"] > 0 and eff["idle_gpus"] == 0
+    assert float(figures[train.pk]["cost"]) > 0
+
+    start, end = window_bounds()
+    items = right_sizing(user=User.objects.get(username="bob"), filters=Filters(start, end))
+    over_asker = finished.get(name="llm-finetune-7b")
+    item = next(i for i in items if i.kind == "job" and i.pk == over_asker.pk)
+    assert [f.kind for f in item.findings if f.kind == FindingKind.IDLE_GPUS] == ["idle_gpus"]
+    assert item.efficiency.idle_gpus == 3
+
+    waiting = Job.objects.get(status=JobStatus.QUEUED)
+    assert waiting.gpu_count == 16 and waiting.team.slug == "nlp"
+    schedule_cycle()
+    waiting.refresh_from_db()
+    assert waiting.status == JobStatus.QUEUED and waiting.pending_reason == "quota_reached"
+    assert float(job_figures(jobs=[waiting])[waiting.pk]["estimated_cost"]) > 0
+
+    call_command("seed_demo")
+    assert Job.objects.count() == 7 and JobAllocation.objects.count() == 12

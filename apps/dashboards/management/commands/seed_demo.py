@@ -132,11 +132,14 @@ class Command(BaseCommand):
             self._seed_reservations(teams, models)
             from apps.billing.demo import meter_billing_demo, seed_billing_history
             from apps.dashboards.demo import seed_dashboard_history
+            from apps.dashboards.demo_jobs import seed_demo_jobs
 
-            # Bookings first, then the telemetry they caused, then the charges: metering reads
-            # busy hours and energy from that telemetry.
+            # Bookings first, then the telemetry they caused, then the jobs in the gaps between
+            # bookings (their hours rewritten), then the charges: metering reads busy hours and
+            # energy from that telemetry, and charges jobs from their allocations.
             seed_billing_history(start=history_start, now=now)
             seed_dashboard_history(now=now, days=HISTORY_DAYS)
+            seed_demo_jobs(start=history_start, now=now)
             meter_billing_demo(start=history_start, now=now)
         self.stdout.write(
             self.style.SUCCESS(
