@@ -15,7 +15,8 @@ TIME_AXIS = "Time (UTC)"
 LAYOUT = {
     "margin": {"l": 60, "r": 20, "t": 30, "b": 50},
     "colorway": PALETTE,
-    "legend": {"orientation": "h", "y": -0.2},
+    # Above the plot: below it, a horizontal legend runs into the x-axis title and tick labels.
+    "legend": {"orientation": "h", "yanchor": "bottom", "y": 1.02, "xanchor": "left", "x": 0},
     "font": {"family": "system-ui, sans-serif", "size": 13},
 }
 
@@ -24,4 +25,8 @@ def figure_json(figure: go.Figure) -> dict:
     """The figure as plain JSON without plotly's default template (~10 kB each)."""
     data = json.loads(figure.to_json())
     data["layout"].pop("template", None)
+    # Long tick labels (GPU model names, rotated dates) grow the margin instead of being cut.
+    for name, axis in data["layout"].items():
+        if name.startswith(("xaxis", "yaxis")) and isinstance(axis, dict):
+            axis.setdefault("automargin", True)
     return data

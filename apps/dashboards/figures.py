@@ -11,8 +11,10 @@ from apps.dashboards.selectors import UNALLOCATED, Filters
 from apps.telemetry.choices import ActivitySignal
 from portal.plotting import GREY, LAYOUT, PALETTE, TIME_AXIS, figure_json  # noqa: F401
 
-# Above this many points a line is drawn with WebGL (scattergl).
-GL_POINTS = 200
+# Above this many points a line is drawn with WebGL (scattergl). SVG draws a few thousand points
+# quickly and works where WebGL does not (virtual desktops, browsers without GPU acceleration),
+# so WebGL is kept for the long per-GPU series only.
+GL_POINTS = 5000
 STATE_ORDER = ["busy", "held_idle", UNALLOCATED, "held_other", "unhealthy"]
 STATE_LABELS = {
     "busy": "Busy",
