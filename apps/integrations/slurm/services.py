@@ -276,6 +276,10 @@ def _apply_running(job: Job, slurm_job: SlurmJob, entry: QueueEntry, now: dateti
     )
 
 
+def _accounting_has_end(record: AccountingRecord | None) -> bool:
+    return record is not None and job_state(record.state) in FINISHED_STATES
+
+
 def _apply_finished(
     job: Job, slurm_job: SlurmJob, state: SlurmJobState, record: AccountingRecord | None, now
 ) -> None:
@@ -369,6 +373,17 @@ def jobs_poll(*, now: datetime | None = None, batch: int | None = None) -> dict[
                     counts["finished"] += 1
                 slurm_job.save()
                 continue
+            if state in FINISHED_STATES and not _accounting_has_end(record):
+                # squeue shows the end before slurmdbd has recorded it (its record still reads
+                # RUNNING with exit code 0): wait for accounting's exit code and end time, and
+                # finish without them only once it has lagged SLURM_LOST_AFTER_SECONDS.
+                slurm_job.missing_since = slurm_job.missing_since or now
+                if now - slurm_job.missing_since < timedelta(
+                    seconds=settings.SLURM_LOST_AFTER_SECONDS
+                ):
+                    slurm_job.save()
+                    continue
+                record = None
             slurm_job.missing_since = None
             if state in FINISHED_STATES:
                 _apply_finished(job, slurm_job, state, record, now)

@@ -309,3 +309,43 @@ def test_partition_per_gpu_model_is_passed_and_an_unknown_one_is_refused(slurm, 
     settings.SLURM_PARTITIONS = {slurm.model.name: "nosuch"}
     with pytest.raises(services.SlurmRefused, match="invalid partition"), transaction.atomic():
         submit(slurm, ["/bin/true"])
+
+
+def test_a_failed_job_waits_for_accounting_to_record_its_exit_code(slurm, settings, monkeypatch):
+    """squeue can show a job FAILED while slurmdbd's record still reads RUNNING with exit code
+    0:0 (the completion message is still on its way): the portal keeps the job open until
+    accounting has the exit code, instead of recording 0 for a failed job."""
+    import dataclasses
+
+    from apps.integrations.slurm.client import QueueEntry, SlurmClient
+
+    settings.SLURM_LOST_AFTER_SECONDS = 600
+    job = submit(slurm, ["/bin/sh", "-c", "exit 3"])
+    slurm_id = job.slurm.slurm_job_id
+    wait_for(
+        lambda: "FAILED" in slurm_out(slurm.cluster, "sacct", "-n", "-X", "-P", "-o", "State",
+                                      "-j", str(slurm_id)),
+        what="the failed job in Slurm's accounting",
+    )  # fmt: skip
+    real_accounting = SlurmClient.accounting
+
+    def lagging_queue(self, job_ids):
+        return {slurm_id: QueueEntry(slurm_id, "FAILED", "NonZeroExitCode", "vm", None)}
+
+    def lagging_accounting(self, **kwargs):
+        return [
+            dataclasses.replace(r, state="RUNNING", exit_code=0, end=None)
+            for r in real_accounting(self, **kwargs)
+        ]
+
+    monkeypatch.setattr(SlurmClient, "queue", lagging_queue)
+    monkeypatch.setattr(SlurmClient, "accounting", lagging_accounting)
+    now = timezone.now()
+    services.jobs_poll(now=now)
+    job.refresh_from_db()
+    assert job.status not in (JobStatus.FAILED, JobStatus.SUCCEEDED) and job.exit_code is None
+
+    monkeypatch.setattr(SlurmClient, "accounting", real_accounting)
+    services.jobs_poll(now=now + timedelta(seconds=30))
+    job.refresh_from_db()
+    assert job.status == JobStatus.FAILED and job.exit_code == 3
