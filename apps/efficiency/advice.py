@@ -31,9 +31,9 @@ from apps.efficiency.models import AllocationKind
 from apps.efficiency.selectors import (
     bookings_efficiency,
     bookings_in_window,
+    efficiency_of,
     jobs_efficiency,
     jobs_in_window,
-    stored_efficiency,
 )
 from apps.efficiency.usage import Efficiency
 from apps.fleet.models import GpuModel
@@ -273,9 +273,9 @@ def _job_items(scope: Scope, filters: Filters) -> list[Item]:
     jobs = list(
         jobs.select_related("team", "submitted_by", "gpu_model").prefetch_related("allocations")
     )
-    efficiency = stored_efficiency(AllocationKind.JOB, jobs, start=filters.start, end=filters.end)
-    live = [j for j in jobs if j.pk not in efficiency]
-    efficiency.update(jobs_efficiency(live, start=filters.start, end=filters.end))
+    efficiency = efficiency_of(
+        AllocationKind.JOB, jobs, start=filters.start, end=filters.end, live=jobs_efficiency
+    )
     items = []
     for job in jobs:
         eff = efficiency.get(job.pk)
@@ -311,11 +311,13 @@ def _booking_items(scope: Scope, filters: Filters) -> list[Item]:
     if filters.user:
         bookings = bookings.filter(created_by__username=filters.user)
     bookings = list(bookings.select_related("team", "created_by", "gpu_model"))
-    efficiency = stored_efficiency(
-        AllocationKind.BOOKING, bookings, start=filters.start, end=filters.end
+    efficiency = efficiency_of(
+        AllocationKind.BOOKING,
+        bookings,
+        start=filters.start,
+        end=filters.end,
+        live=bookings_efficiency,
     )
-    live = [b for b in bookings if b.pk not in efficiency]
-    efficiency.update(bookings_efficiency(live, start=filters.start, end=filters.end))
     return [
         Item(
             kind="booking",

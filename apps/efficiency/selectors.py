@@ -216,7 +216,7 @@ def stored_efficiency(kind: str, objects, *, start: datetime, end: datetime):
     return {pk: Efficiency.from_dict(figures) for pk, figures in rows}
 
 
-def _efficiency_of(kind: str, objects, *, start: datetime, end: datetime, live):
+def efficiency_of(kind: str, objects, *, start: datetime, end: datetime, live):
     """Stored summaries where they hold, the rest summed live by `live`."""
     figures = stored_efficiency(kind, objects, start=start, end=end)
     rest = [o for o in objects if o.pk not in figures]
@@ -260,11 +260,11 @@ def member_figures(*, team, start: datetime | None = None, end: datetime | None 
     job_user = {j.pk: j.submitted_by_id for j in jobs}
     booking_user = {b.pk: b.created_by_id for b in bookings}
     per_user: dict[int, list[Efficiency]] = defaultdict(list)
-    for pk, eff in _efficiency_of(
+    for pk, eff in efficiency_of(
         AllocationKind.JOB, jobs, start=start, end=end, live=jobs_efficiency
     ).items():
         per_user[job_user[pk]].append(eff)
-    for pk, eff in _efficiency_of(
+    for pk, eff in efficiency_of(
         AllocationKind.BOOKING, bookings, start=start, end=end, live=bookings_efficiency
     ).items():
         per_user[booking_user[pk]].append(eff)
