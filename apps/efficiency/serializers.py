@@ -1,5 +1,7 @@
 """How advice items and totals are written out: the API, the CSV and the page share these."""
 
+from decimal import Decimal
+
 from apps.efficiency.advice import Item
 
 ITEM_COLUMNS = [
@@ -24,30 +26,40 @@ ITEM_COLUMNS = [
 ]
 
 
+# The efficiency figures a CSV line carries, as `Efficiency.as_dict` rounds them.
+_ROW_FIGURES = (
+    "gpu_hours",
+    "busy_gpu_hours",
+    "activity_percent",
+    "activity_signal",
+    "memory_peak_mib",
+    "memory_total_mib",
+    "idle_gpus",
+)
+
+
+def _item_identity(item: Item) -> dict:
+    return {
+        "kind": item.kind,
+        "id": item.pk,
+        "team": item.team,
+        "user": item.user,
+        "gpu_model": item.gpu_model,
+        "gpus": item.gpus,
+        "start": item.start.isoformat(),
+    }
+
+
 def item_rows(items: list[Item]) -> list[dict]:
     """One row per finding of each item (an item with two findings gives two rows)."""
     rows = []
     for item in items:
-        eff = item.efficiency
+        figures = item.efficiency.as_dict()
+        head = {**_item_identity(item), **{key: figures[key] for key in _ROW_FIGURES}}
         for finding in item.findings:
             rows.append(
                 {
-                    "kind": item.kind,
-                    "id": item.pk,
-                    "team": item.team,
-                    "user": item.user,
-                    "gpu_model": item.gpu_model,
-                    "gpus": item.gpus,
-                    "start": item.start.isoformat(),
-                    "gpu_hours": round(eff.gpu_hours, 4),
-                    "busy_gpu_hours": round(eff.busy_gpu_hours, 4),
-                    "activity_percent": None
-                    if eff.activity_percent is None
-                    else round(eff.activity_percent, 1),
-                    "activity_signal": eff.activity_signal,
-                    "memory_peak_mib": eff.memory_peak_mib,
-                    "memory_total_mib": eff.memory_total_mib,
-                    "idle_gpus": eff.idle_gpus,
+                    **head,
                     "finding": finding.kind,
                     "detail": finding.detail,
                     "suggestion": finding.suggestion,
@@ -59,13 +71,7 @@ def item_rows(items: list[Item]) -> list[dict]:
 
 def item_payload(item: Item) -> dict:
     return {
-        "kind": item.kind,
-        "id": item.pk,
-        "team": item.team,
-        "user": item.user,
-        "gpu_model": item.gpu_model,
-        "gpus": item.gpus,
-        "start": item.start.isoformat(),
+        **_item_identity(item),
         "efficiency": item.efficiency.as_dict(),
         "saving": str(item.saving),
         "findings": [
@@ -87,5 +93,5 @@ def total_payload(row: dict) -> dict:
         "gpu_hours": round(row["gpu_hours"], 2),
         "busy_gpu_hours": round(row["busy_gpu_hours"], 2),
         "idle_gpu_hours": round(row["idle_gpu_hours"], 2),
-        "saving": str(row["saving"].quantize(row["saving"].__class__("0.01"))),
+        "saving": str(row["saving"].quantize(Decimal("0.01"))),
     }
