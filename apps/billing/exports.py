@@ -370,7 +370,7 @@ def _column_formats(columns: list[str]) -> dict[str, str]:
     money = money_format(settings.BILLING_CURRENCY)
     formats = {"day": DAY_FORMAT}
     for name in columns:
-        if name in MONEY_COLUMN_NAMES or name == "check_from_detail":
+        if name in MONEY_COLUMN_NAMES:
             formats[name] = money
         elif name in QUANTITY_FORMATS:
             formats[name] = QUANTITY_FORMATS[name]
