@@ -276,6 +276,14 @@ def _apply_running(job: Job, slurm_job: SlurmJob, entry: QueueEntry, now: dateti
     )
 
 
+def _lagged_too_long(slurm_job: SlurmJob, now) -> bool:
+    """Start (or keep) the clock on a job Slurm's accounting has not caught up with; true once
+    it has waited SLURM_LOST_AFTER_SECONDS."""
+    slurm_job.missing_since = slurm_job.missing_since or now
+    lost_after = timedelta(seconds=settings.SLURM_LOST_AFTER_SECONDS)
+    return now - slurm_job.missing_since >= lost_after
+
+
 def _accounting_has_end(record: AccountingRecord | None) -> bool:
     return record is not None and job_state(record.state) in FINISHED_STATES
 
@@ -363,9 +371,7 @@ def jobs_poll(*, now: datetime | None = None, batch: int | None = None) -> dict[
             if entry is None and record is None:
                 # Not in the queue and not (yet) in accounting: sacct lags a little; a job
                 # missing for SLURM_LOST_AFTER_SECONDS is gone (purged, or no accounting).
-                slurm_job.missing_since = slurm_job.missing_since or now
-                lost_after = timedelta(seconds=settings.SLURM_LOST_AFTER_SECONDS)
-                if now - slurm_job.missing_since >= lost_after:
+                if _lagged_too_long(slurm_job, now):
                     _apply_finished(job, slurm_job, SlurmJobState.UNKNOWN, None, now)
                     slurm_job.state = SlurmJobState.UNKNOWN
                     job.pending_message = "Slurm no longer knows the job; it is marked failed."
@@ -377,10 +383,7 @@ def jobs_poll(*, now: datetime | None = None, batch: int | None = None) -> dict[
                 # squeue shows the end before slurmdbd has recorded it (its record still reads
                 # RUNNING with exit code 0): wait for accounting's exit code and end time, and
                 # finish without them only once it has lagged SLURM_LOST_AFTER_SECONDS.
-                slurm_job.missing_since = slurm_job.missing_since or now
-                if now - slurm_job.missing_since < timedelta(
-                    seconds=settings.SLURM_LOST_AFTER_SECONDS
-                ):
+                if not _lagged_too_long(slurm_job, now):
                     slurm_job.save()
                     continue
                 record = None
