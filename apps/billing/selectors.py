@@ -157,9 +157,6 @@ class RateBook:
             return None
         return gpu_hours_cost(card, hours=hours, over_hours=over_hours)
 
-    def models(self) -> list[str]:
-        return sorted(self._cards)
-
 
 def team_total_all(period: BillingPeriod) -> Decimal:
     """Everything charged in the period, all teams and the platform (exact)."""
