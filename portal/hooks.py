@@ -48,6 +48,16 @@ def emit(event: str, **kwargs) -> list:
     return [func(**kwargs) for func in subscribers(event)]
 
 
+def emit_merged(event: str, **kwargs) -> dict:
+    """`emit` for events whose subscribers answer {key: {field: value}} for many objects at
+    once: the answers merged into one dict per key (an empty answer counts as none)."""
+    merged: dict = {}
+    for answer in emit(event, **kwargs):
+        for key, fields in (answer or {}).items():
+            merged.setdefault(key, {}).update(fields)
+    return merged
+
+
 def reset_cache() -> None:
     """Forget the settings subscribers looked up (tests that change PORTAL_HOOKS)."""
     _from_settings.cache_clear()

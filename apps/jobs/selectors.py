@@ -65,10 +65,7 @@ def with_figures(jobs) -> list[Job]:
     (efficiency, cost so far, estimated cost of a waiting job), {} when nothing answers.
     Subscribers answer for the whole list at once, so a page costs a fixed number of queries."""
     jobs = list(jobs)
-    figures: dict[int, dict] = {}
-    for answer in hooks.emit("jobs.figures", jobs=jobs):
-        for pk, extra in (answer or {}).items():
-            figures.setdefault(pk, {}).update(extra)
+    figures = hooks.emit_merged("jobs.figures", jobs=jobs)
     for job in jobs:
         job.figures = figures.get(job.pk, {})
     return jobs

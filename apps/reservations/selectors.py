@@ -394,10 +394,7 @@ def with_figures(reservations) -> list[Reservation]:
     `reservations.figures` hook (efficiency, cost so far), {} when nothing answers; one answer
     per subscriber for the whole list."""
     reservations = list(reservations)
-    figures: dict[int, dict] = {}
-    for answer in hooks.emit("reservations.figures", reservations=reservations):
-        for pk, extra in (answer or {}).items():
-            figures.setdefault(pk, {}).update(extra)
+    figures = hooks.emit_merged("reservations.figures", reservations=reservations)
     for reservation in reservations:
         reservation.figures = figures.get(reservation.pk, {})
     return reservations

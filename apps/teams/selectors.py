@@ -75,9 +75,7 @@ def member_figures(*, team: Team, viewer) -> dict[int, dict]:
     """Per user id: what higher apps report about the member's use of GPUs (the
     `teams.member_figures` hook: efficiency over the last weeks). Team admins, finance and
     platform admins see every member's; a member sees their own."""
-    figures: dict[int, dict] = {}
-    for answer in hooks.emit("teams.member_figures", team=team):
-        figures.update(answer or {})
+    figures = hooks.emit_merged("teams.member_figures", team=team)
     if (
         viewer.sees_all_teams
         or Membership.objects.filter(team=team, user=viewer, role=TeamRole.TEAM_ADMIN).exists()
