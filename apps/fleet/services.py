@@ -19,6 +19,7 @@ from apps.fleet.transitions import (
     GPU_TRANSITIONS,
     NODE_STATES_GOVERNING_GPUS,
     NODE_TRANSITIONS,
+    undrained_status,
 )
 from portal import hooks
 from portal.exceptions import ConflictError, PolicyRefusal
@@ -50,6 +51,8 @@ def _require_platform_admin(actor) -> None:
 
 def _transition(*, obj, transitions, operation: str, actor, reason: str) -> None:
     allowed_from, target = transitions[operation]
+    if isinstance(obj, Node) and operation == "undrain":
+        target = undrained_status(obj, timezone.now())
     if obj.status not in allowed_from:
         raise ConflictError(
             f"Cannot {operation} {obj}: it is {obj.status}.",
@@ -86,7 +89,8 @@ def _change(obj, field: str, value, *, action: str, actor, reason: str, extra=No
 @transaction.atomic
 def node_change_state(*, node: Node, operation: str, actor, reason: str = "") -> StateChange:
     """Drain, undrain or retire a node. Retiring a node retires its GPUs too. Bookings on its
-    GPUs move to other free GPUs of the same model where possible."""
+    GPUs move to other free GPUs of the same model where possible. Undraining restores the
+    node's health: one whose agent is silent comes back unreachable (and lost), not up."""
     _require_platform_admin(actor)
     node = Node.objects.select_for_update().get(pk=node.pk)
     _transition(
@@ -104,9 +108,17 @@ def node_change_state(*, node: Node, operation: str, actor, reason: str = "") ->
                 reason=f"node {node.hostname} retired. {reason}".strip(),
             )
     if operation == "undrain":
+        _undrained_unreachable(node)
         return StateChange(node)
     gpu_ids = list(node.gpus.values_list("id", flat=True))
     return StateChange(node, _relocate_bookings(gpu_ids, actor))
+
+
+def _undrained_unreachable(node: Node) -> None:
+    """An undrained node that came back unreachable is a lost node (the health check only
+    judges nodes that are up): higher layers requeue what still ran there."""
+    if node.status == NodeStatus.UNREACHABLE:
+        hooks.emit("node.lost", node=node, now=timezone.now())
 
 
 @transaction.atomic
@@ -238,4 +250,6 @@ def node_set_scheduler_drained(*, node: Node, drained: bool, scheduler: str, rea
     )
     if drained:
         _relocate_bookings(list(node.gpus.values_list("id", flat=True)), None)
+    else:
+        _undrained_unreachable(node)
     return True

@@ -103,3 +103,75 @@ def test_fleet_page_has_an_anchor_per_gpu_for_dashboard_links(client, member, fl
     page = client.get("/fleet/").content.decode()
     for gpu in fleet[0].gpus.all():
         assert f'id="gpu-{gpu.pk}"' in page
+
+
+def test_undrain_keeps_an_unreachable_node_unreachable_until_its_agent_reports(
+    platform_admin, fleet
+):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from apps.fleet.services import node_set_reachable
+    from apps.telemetry.ingest import telemetry_ingest
+
+    node = fleet[0]
+    now = timezone.now()
+    Node.objects.filter(pk=node.pk).update(last_seen=now - timedelta(hours=1))
+    node.refresh_from_db()
+    node_set_reachable(node=node, reachable=False, reason="silent")
+    node_change_state(node=node, operation="drain", actor=platform_admin)
+    node_change_state(node=node, operation="undrain", actor=platform_admin)
+    node.refresh_from_db()
+    assert node.status == NodeStatus.UNREACHABLE
+    assert not Gpu.objects.schedulable().filter(node=node).exists()
+    assert AuditEvent.objects.get(action="node.undrain").after == {"status": "unreachable"}
+
+    uuid = node.gpus.first().uuid
+    telemetry_ingest(batch={"node": node.hostname, "seq": 1, "samples": [
+        {"uuid": uuid, "ts": now.timestamp(), "util_gpu": 5}
+    ]})  # fmt: skip
+    assert Node.objects.get(pk=node.pk).status == NodeStatus.UP
+
+
+def test_undrain_of_a_node_that_reported_while_drained_is_up(platform_admin, fleet):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from apps.fleet.services import node_set_reachable
+
+    node = fleet[0]
+    Node.objects.filter(pk=node.pk).update(last_seen=timezone.now() - timedelta(hours=1))
+    node.refresh_from_db()
+    node_set_reachable(node=node, reachable=False, reason="silent")
+    node_change_state(node=node, operation="drain", actor=platform_admin)
+    Node.objects.filter(pk=node.pk).update(last_seen=timezone.now())  # its agent reported
+    node_change_state(node=node, operation="undrain", actor=platform_admin)
+    assert Node.objects.get(pk=node.pk).status == NodeStatus.UP
+
+
+def test_a_node_silent_while_drained_comes_back_lost_and_its_jobs_are_requeued(
+    platform_admin, fleet, member, team, h100, quotas
+):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from apps.jobs.choices import JobStatus
+    from apps.jobs.dispatch import schedule_cycle
+    from apps.jobs.services import job_submit
+
+    job = job_submit(
+        actor=member, team=team, argv=["train"], gpu_model=h100, gpu_count=2,
+        max_runtime_seconds=600,
+    )  # fmt: skip
+    schedule_cycle()
+    job.refresh_from_db()
+    node = job.node
+    node_change_state(node=node, operation="drain", actor=platform_admin)
+    Node.objects.filter(pk=node.pk).update(last_seen=timezone.now() - timedelta(hours=1))
+    node_change_state(node=node, operation="undrain", actor=platform_admin)
+    assert Node.objects.get(pk=node.pk).status == NodeStatus.UNREACHABLE
+    job.refresh_from_db()
+    assert job.status == JobStatus.REQUEUED
