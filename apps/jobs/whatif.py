@@ -19,6 +19,7 @@ from apps.jobs.dispatch import gpu_info
 from apps.jobs.models import Job, WhatIfRun
 from apps.jobs.scheduler.replay import JOB_COLUMNS, ReplayResult, TraceJob, simulate
 from apps.jobs.scheduler.state import GpuInfo, TeamQuota
+from apps.jobs.scheduler.team_metrics import compare_teams, team_metrics
 from apps.outbox.services import outbox_send_task
 from apps.teams.models import Quota
 from portal import hooks
@@ -111,6 +112,17 @@ def _summary(result: ReplayResult) -> dict:
     }
 
 
+def _overall(metrics) -> dict:
+    return {
+        "guarantee_wait_p50_h": metrics.guarantee_wait_p50 / 3600,
+        "guarantee_wait_p99_h": metrics.guarantee_wait_p99 / 3600,
+        "guarantee_wait_late_share": metrics.guarantee_wait_late_share,
+        "teams_worse_off_than_alone": list(metrics.worse_off_teams),
+        "worst_rho": metrics.worst_rho,
+        "rho_late_share": metrics.rho_late_share,
+    }
+
+
 def _money(amount: Decimal | None) -> str | None:
     # Kept as text so that a stored result prices exactly what was computed.
     return None if amount is None else str(amount)
@@ -125,25 +137,34 @@ def what_if(
     progress: Callable[[int], None] = lambda percent: None,
 ) -> dict:
     """Both replays and a per-team comparison: average and p95 wait, average slowdown,
-    GPU-hours run and lost to preemption, cost; overall Jain fairness over per-team slowdown.
-    JSON-safe (costs as decimal strings), so that a run can store it. `progress(percent)` is
-    told how far it got."""
+    GPU-hours run and lost to preemption, cost; and what teams care about
+    (``team_metrics.compare_teams``): whether the proposal leaves the team better or worse off
+    (``change``), worse off than alone on its guaranteed GPUs, its guarantee wait p99 and worst
+    finish-time fairness rho, before and after; overall (``guarantee``) the same figures over
+    all teams, and Jain fairness over per-team slowdown as context. JSON-safe (costs as
+    decimal strings), so that a run can store it. `progress(percent)` is told how far it got."""
     history = job_history(since=now - window, until=now)
     gpus = fleet_now()
     if not history or not gpus:
         return {"jobs": len(history), "gpus": len(gpus), "teams": []}
     progress(10)
+    quotas_before, quotas_after = _team_quotas(current_quotas()), _team_quotas(proposed)
     before = simulate(
-        history, gpus, _team_quotas(current_quotas()), policy,
+        history, gpus, quotas_before, policy,
         progress=lambda done: progress(10 + int(40 * done)),
     )  # fmt: skip
     progress(50)
     after = simulate(
-        history, gpus, _team_quotas(proposed), policy,
+        history, gpus, quotas_after, policy,
         progress=lambda done: progress(50 + int(40 * done)),
     )  # fmt: skip
     progress(90)
     lost_before, lost_after = _lost_gpu_hours(before), _lost_gpu_hours(after)
+    metrics_before, metrics_after = (
+        team_metrics(before, quotas_before),
+        team_metrics(after, quotas_after),
+    )
+    changes = compare_teams(metrics_before, metrics_after)
     teams = sorted({job.team for job in history})
     rows = []
     for team in teams:
@@ -164,6 +185,7 @@ def what_if(
                 "cost_before": _money(_cost(before, team, now)),
                 "cost_after": _money(_cost(after, team, now)),
             }
+            | changes.get(team, {})
         )
     return {
         "jobs": len(history),
@@ -171,6 +193,7 @@ def what_if(
         "teams": rows,
         "before": _summary(before),
         "after": _summary(after),
+        "guarantee": {"before": _overall(metrics_before), "after": _overall(metrics_after)},
         "currency": settings.BILLING_CURRENCY,
         "too_few_jobs": len(history) < MIN_JOBS,
         "min_jobs": MIN_JOBS,

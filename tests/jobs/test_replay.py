@@ -30,6 +30,11 @@ def test_alibaba_slice_replays_beside_fifo(tmp_path):
     # plotly.js is embedded (no <script src> to a CDN), so the report opens offline
     assert "Plotly.newPlot" in html and 'src="https://cdn.plot.ly' not in html
     assert len(html) > 1_000_000
+    # what teams see, per policy: guarantee wait, shared vs alone, rho
+    assert "guarantee wait p50" in text and "teams worse off than alone" in text
+    for metrics in document["teams"].values():
+        assert metrics["within_guarantee_jobs"] > 0
+        assert set(metrics["teams"]) <= {"LS", "BE", "Burstable", "Guaranteed"}
 
 
 def test_generic_trace_with_named_columns(tmp_path):

@@ -79,6 +79,28 @@ def test_giving_a_team_the_bigger_guarantee_shortens_its_wait(client, platform_a
     assert 'id="dashboard-figures"' in response.content.decode()
 
 
+def test_the_run_says_which_teams_a_proposal_leaves_better_or_worse_off(
+    client, platform_admin, history
+):
+    client.force_login(platform_admin)
+    result = replay(client, form()).context["result"]
+    by_team = {row["team"]: row for row in result["teams"]}
+    vision, nlp = by_team["vision"], by_team["nlp"]
+    assert vision["change"] == "better" and nlp["change"] == "worse"
+    assert vision["jct_after_h"] < vision["jct_before_h"]
+    # All sixteen jobs arrive at once, when neither team runs anything: each one fits its
+    # team's unused guarantee, and vision's wait for the last of them shrinks with 12 GPUs.
+    assert vision["guarantee_wait_p99_after_h"] < vision["guarantee_wait_p99_before_h"]
+    assert nlp["guarantee_wait_p99_after_h"] > nlp["guarantee_wait_p99_before_h"]
+    # With 4 guaranteed GPUs vision runs its 4-GPU jobs one by one alone as well (the
+    # fairshare replay lends it nlp's spare GPUs): not worse off than alone, before or after.
+    assert vision["worse_off_than_alone_before"] is False
+    assert vision["worst_rho_before"] is not None
+    overall = result["guarantee"]
+    assert set(overall) == {"before", "after"}
+    assert overall["before"]["teams_worse_off_than_alone"] == []
+
+
 def test_bad_quota_numbers_are_refused_inline(client, platform_admin, history):
     client.force_login(platform_admin)
     response = client.post("/jobs/what-if/", form(**{"g-0": "20", "l-0": "16"}))

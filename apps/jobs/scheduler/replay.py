@@ -30,6 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from apps.jobs.scheduler.core import Engine, SchedulerConfig, running_from, schedule
+from apps.jobs.scheduler.quotas import QuotaBook
 from apps.jobs.scheduler.state import (
     ClusterState,
     Decision,
@@ -55,6 +56,8 @@ JOB_COLUMNS = (
     "attempts",
     "preemptions",
     "gpu_seconds_lost",
+    "model",  # the model it asked for; empty: any model
+    "within_guarantee",  # at submit, the team's GPUs of its model + the job's <= guarantee
 )
 
 
@@ -100,6 +103,7 @@ class ReplayResult:
     team_model_gpu_hours: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     # (seconds since the first submit, jobs queued), sampled
     queue_length: list[tuple[float, int]] = field(default_factory=list)
+    models: list[str] = field(default_factory=list)  # the fleet's GPU models
     # one tuple per finished job, in JOB_COLUMNS order (not part of as_dict)
     job_rows: list[tuple] = field(default_factory=list, repr=False)
 
@@ -161,6 +165,7 @@ class _JobRecord:
     lost: float = 0.0
     done: float = 0.0  # work kept from earlier attempts (checkpointable jobs)
     attained: float = 0.0  # GPU-seconds run in all attempts so far
+    within_guarantee: bool = False  # see JOB_COLUMNS
 
 
 def simulate(
@@ -245,6 +250,9 @@ class _Replay:
         for q in quotas:
             self.guaranteed[q.team] += q.guaranteed
         self.held: dict[str, int] = defaultdict(int)
+        # GPUs running per quota key (team, model or None), to tell within-guarantee jobs
+        self.book = QuotaBook(quotas, 0)
+        self.models = sorted({g.model for g in gpus})
         self.queued_per_team: dict[str, int] = defaultdict(int)
         self.below: set[str] = set()
         self.below_seconds: dict[str, float] = defaultdict(float)
@@ -315,6 +323,7 @@ class _Replay:
         heapq.heappush(self.ends, (at + j.duration - rec.done, j.job_id, rec.attempts))
         self.meter.change(j.team, j.gpus, at)
         self.held[j.team] += j.gpus
+        self.book.used[self.book.key(j.team, run.model)] += j.gpus
         self._flag(j.team)
 
     def stop(self, job_id: int, at: float) -> RunningJob:
@@ -329,8 +338,19 @@ class _Replay:
             self.model_seconds[r.team, r.model][1] += used
         self.meter.change(r.team, -len(r.gpu_ids), at)
         self.held[r.team] -= len(r.gpu_ids)
+        self.book.used[self.book.key(r.team, r.model)] -= len(r.gpu_ids)
         self._flag(r.team)
         return r
+
+    def within_guarantee(self, job: TraceJob) -> bool:
+        """Whether the team's running GPUs of the job's model plus the job's fit its guarantee
+        (a job of any model: on some model)."""
+        book = self.book
+        for model in [job.model] if job.model else self.models:
+            key = book.key(job.team, model)
+            if book.used[key] + job.gpus <= book.guaranteed(key):
+                return True
+        return False
 
     # -- the event loop -----------------------------------------------------------------------
 
@@ -365,7 +385,9 @@ class _Replay:
                     rec.end = now
             # admit
             while i < count and arrivals[i].submit <= now:
-                enqueue(arriving[i])
+                rec = arriving[i]
+                rec.within_guarantee = self.within_guarantee(rec.job)
+                enqueue(rec)
                 i += 1
             self.next_arrival = i
             if self.queue:
@@ -486,6 +508,8 @@ def _result(
             rec.attempts,
             rec.preemptions,
             rec.lost,
+            rec.job.model,
+            rec.within_guarantee,
         )
         for rec in sorted(records.values(), key=lambda r: r.job.job_id)
     ]
@@ -515,6 +539,7 @@ def _result(
         team_below_guarantee_hours={t: s / 3600.0 for t, s in sorted(below_seconds.items())},
         team_model_gpu_hours=_hours_by_team_and_model(model_seconds),
         queue_length=queue_length,
+        models=sorted({g.model for g in gpus}),
         job_rows=rows,
     )
 

@@ -3,8 +3,10 @@
     manage.py replay_trace ../shared/data/traces/alibaba_openb_pod_list_default.csv \
         --fleet 16x8:GPU --policy fairshare --out var/replay
 
-prints the policy's metrics beside the FIFO baseline and writes `replay.json` and a
-self-contained Plotly report `replay.html` (plotly.js embedded, no CDN) into --out;
+prints the policy's metrics beside the FIFO baseline, then what each team sees (guarantee
+wait, average JCT shared vs alone on its guaranteed GPUs, finish-time fairness rho), and
+writes `replay.json` and a self-contained Plotly report `replay.html` (plotly.js embedded, no
+CDN) into --out;
 `--jobs-out FILE` writes one CSV row per job of the chosen policy. Traces: the Alibaba pod
 list, any CSV with named columns (times in seconds, ISO 8601 or `YYYY-MM-DD HH:MM:SS`,
 durations in seconds or `[D-]HH:MM:SS`), or `--format slurm` for `sacct --parsable2` output.
@@ -21,6 +23,7 @@ from plotly.subplots import make_subplots
 
 from apps.jobs.scheduler import POLICIES, SPARE_ORDERS, SchedulerConfig
 from apps.jobs.scheduler.replay import format_table, simulate, write_job_rows
+from apps.jobs.scheduler.team_metrics import format_team_metrics, team_metrics
 from apps.jobs.scheduler.trace import (
     TraceError,
     default_quotas,
@@ -96,6 +99,11 @@ class Command(BaseCommand):
         config = SchedulerConfig(spare_order=options["spare_order"])
         results = {name: simulate(loaded.jobs, gpus, quotas, name, config) for name in policies}
         self.stdout.write(format_table(results))
+        teams = {name: team_metrics(result, quotas) for name, result in results.items()}
+        self.stdout.write(
+            "What teams see (guarantee wait, shared vs alone, rho = JCT shared / alone):"
+        )
+        self.stdout.write(format_team_metrics(teams))
         out = Path(options["out"])
         out.mkdir(parents=True, exist_ok=True)
         document = {
@@ -105,6 +113,7 @@ class Command(BaseCommand):
             "row_counts": dict(loaded.counts),
             "row_lines": loaded.lines,
             "results": {name: result.as_dict() for name, result in results.items()},
+            "teams": {name: metrics.as_dict() for name, metrics in teams.items()},
         }
         (out / "replay.json").write_text(json.dumps(document, indent=2))
         _report(results).write_html(out / "replay.html", include_plotlyjs=True, full_html=True)
