@@ -5,6 +5,7 @@ as its rows, so a redelivered batch is skipped whole; and rows are unique on (gp
 sample that arrives again in another batch is dropped, not doubled.
 """
 
+import hashlib
 import json
 import logging
 import math
@@ -24,6 +25,7 @@ from apps.telemetry.models import IngestBatch, TelemetryDeadLetter
 from apps.telemetry.rollups import late_rollups_note
 from apps.telemetry.services import counter_add, node_reported_again
 from portal.bulk import insert_ignoring_duplicates
+from portal.pg_text import storable
 
 logger = logging.getLogger(__name__)
 
@@ -137,6 +139,8 @@ def _batch_problem(batch) -> str:
     hostname, seq = batch.get("node"), batch.get("seq")
     if type(hostname) is not str or not hostname:
         return "batch without a node name"
+    # Not printable: control characters, NUL and lone surrogates ("\ud800"), so no name that
+    # PostgreSQL or UTF-8 refuses gets further than this (portal.pg_text).
     if len(hostname) > MAX_HOSTNAME or not hostname.isprintable():
         return "node name too long or with control characters"
     if type(seq) is not int:
@@ -188,46 +192,76 @@ def telemetry_ingest_many(*, batches: list, now: datetime | None = None) -> list
 
 
 def _park(batch, now: datetime, exc: BaseException) -> IngestResult:
-    """Keep a batch that could not be stored as a dead letter, counted as malformed."""
+    """Keep a batch that could not be stored as a dead letter, counted as malformed.
+
+    Never raises for what the batch holds: if even the dead letter cannot be written, the
+    batch is logged and dropped, so one message can never send a drain's messages back to the
+    queue. Only a lost connection raises (the drain then keeps every message)."""
     _gpu_maps.clear()  # a GPU may have vanished under a cached map
-    samples = batch.get("samples") if isinstance(batch, dict) else None
-    result = IngestResult()
-    result.reject("malformed", len(samples) if isinstance(samples, list) and samples else 1)
-    with transaction.atomic():
-        _dead_letter(batch, reason=f"could not be stored: {type(exc).__name__}", error=str(exc))
-        _count(result)
+    result = _malformed(batch)
+    try:
+        with transaction.atomic():
+            reason = f"could not be stored: {type(exc).__name__}"
+            if not _dead_letter(batch, reason=reason, error=str(exc)):
+                return _redelivered()
+            _count(result)
+    except CONNECTION_ERRORS:
+        raise
+    except Exception:  # noqa: BLE001 - the last resort must not fail the drain
+        logger.exception("telemetry batch could not be parked and is dropped (%r)", exc)
+        return result
     logger.error("telemetry batch parked as a dead letter: %r", exc)
     return result
 
 
-def _dead_letter(batch, *, reason: str, error: str = "") -> None:
+def _malformed(batch) -> IngestResult:
+    """The result of a batch refused whole: all its samples (at least one) malformed."""
+    samples = batch.get("samples") if isinstance(batch, dict) else None
+    result = IngestResult()
+    result.reject("malformed", max(1, len(samples) if isinstance(samples, list) else 0))
+    return result
+
+
+def _redelivered() -> IngestResult:
+    """A message parked before and delivered again: counted as a duplicate, nothing else."""
+    counter_add("batches_duplicate")
+    return IngestResult(duplicate_batch=True)
+
+
+def _dead_letter(batch, *, reason: str, error: str = "") -> bool:
+    """Park a message; False if the very same message is parked already (a redelivery).
+    Whatever text the message holds is stored escaped, so writing it cannot fail on content."""
     node = batch.get("node") if isinstance(batch, dict) else None
-    TelemetryDeadLetter.objects.create(
-        node=_printable(node if isinstance(node, str) else repr(node), MAX_HOSTNAME),
-        reason=_printable(reason, 200),
-        error=_printable(error, 2000),
-        payload=_printable(_as_text(batch), DEAD_LETTER_PAYLOAD_CHARS),
-    )
-    counter_add("dead_letters", reason.split(":")[0][:64])
+    text = _as_text(batch)
+    fields = {
+        "node": storable(node if isinstance(node, str) else repr(node), MAX_HOSTNAME),
+        "reason": storable(reason, 200),
+        "error": storable(error, 2000),
+        "payload": storable(text, DEAD_LETTER_PAYLOAD_CHARS),
+    }
+    if batch is None:  # undecodable: no content to recognise it by
+        TelemetryDeadLetter.objects.create(**fields)
+        created = True
+    else:
+        digest = hashlib.sha256(text.encode("utf-8", "backslashreplace")).hexdigest()
+        _, created = TelemetryDeadLetter.objects.get_or_create(digest=digest, defaults=fields)
+    if created:
+        counter_add("dead_letters", reason.split(":")[0][:64])
+    return created
 
 
 DEAD_LETTER_PAYLOAD_CHARS = 65_536
 
 
 def _as_text(payload) -> str:
+    """The whole message as JSON (ASCII: lone surrogates come out as \\ud800 escapes)."""
     try:
-        return json.dumps(payload, default=repr)[: DEAD_LETTER_PAYLOAD_CHARS + 1]
+        return json.dumps(payload, default=repr)
     except (TypeError, ValueError, RecursionError):
         try:
-            return repr(payload)[: DEAD_LETTER_PAYLOAD_CHARS + 1]
+            return repr(payload)
         except RecursionError:
             return "<nested too deeply to show>"
-
-
-def _printable(text: str, limit: int) -> str:
-    """What PostgreSQL text can hold: no NUL bytes; cut to the column's size."""
-    text = text.replace("\x00", "\\x00")
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _count(result: IngestResult) -> None:
@@ -276,11 +310,13 @@ def _well_formed(batches, results) -> list[tuple]:
     for result, batch in zip(results, batches, strict=True):
         problem = _batch_problem(batch)
         if problem:
-            samples = batch.get("samples") if isinstance(batch, dict) else None
-            result.reject("malformed", max(1, len(samples) if isinstance(samples, list) else 0))
-            _dead_letter(batch, reason=problem)
-            _count(result)
-            logger.warning("telemetry batch rejected: %s", problem)
+            if _dead_letter(batch, reason=problem):
+                result.rejected = _malformed(batch).rejected
+                _count(result)
+                logger.warning("telemetry batch rejected: %s", problem)
+            else:
+                result.duplicate_batch = True
+                counter_add("batches_duplicate")
             continue
         valid.append((result, batch["node"], batch["seq"], batch["samples"]))
     return valid

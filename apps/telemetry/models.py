@@ -241,9 +241,20 @@ class TelemetryDeadLetter(models.Model):
     reason = models.CharField(max_length=200)
     error = models.TextField(blank=True)
     payload = models.TextField(help_text="The message as received (cut at 64 KiB).")
+    # SHA-256 of the whole message as received: a message delivered again (a drain that died
+    # after parking it) is recognised and parked once.
+    digest = models.CharField(max_length=64, blank=True, editable=False)
 
     class Meta:
         ordering = ["-received_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["digest"],
+                condition=~models.Q(digest=""),
+                name="telemetrydeadletter_unique_digest",
+                violation_error_message="This message is already parked as a dead letter.",
+            )
+        ]
 
     def __str__(self) -> str:
         return f"{self.node or '?'}: {self.reason}"

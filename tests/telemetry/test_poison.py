@@ -1,16 +1,20 @@
 """A malformed or unstorable telemetry message never blocks the others: it is parked as a dead
 letter with its reason, counted once, and the rest of the drain is stored."""
 
+from datetime import timedelta
+
 import pytest
 import redis
 from django.conf import settings
+from django.db import connection
 
 from apps.fleet.choices import NodeStatus
 from apps.fleet.models import Gpu, Node
 from apps.telemetry import ingest as services
-from apps.telemetry.drain import telemetry_drain
+from apps.telemetry.drain import processing_registry, telemetry_drain
 from apps.telemetry.ingest import telemetry_ingest_many
 from apps.telemetry.models import GpuSample, IngestBatch, TelemetryCounter, TelemetryDeadLetter
+from apps.telemetry.services import nodes_mark_unreachable
 from portal.celery import app
 from tests.telemetry.conftest import batch, sample
 
@@ -44,6 +48,7 @@ POISON = {
     "NUL in node": lambda u, ts: batch(92, [sample(u, ts)], node="h100-a\x00"),
     "huge node name": lambda u, ts: batch(93, [sample(u, ts)], node="n" * 300),
     "seq is a float": lambda u, ts: batch(94.0, [sample(u, ts)]),
+    "lone surrogate in node": lambda u, ts: batch(95, [sample(u, ts)], node="probe-\ud800"),
 }
 
 
@@ -142,3 +147,80 @@ def test_dead_letters_are_counted_on_metrics_by_reason(fleet, now):
     families = {family.name: family for family in TelemetryCollector().collect()}
     samples = families["portal_telemetry_dead_letters"].samples
     assert [(s.labels["reason"], s.value) for s in samples] == [("sequence number out of range", 1)]
+
+
+def _queue_is_empty() -> bool:
+    """Nothing left in the queue and no drain's processing list still registered."""
+    client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+    return client.llen(settings.TELEMETRY_QUEUE) == 0 and client.zcard(processing_registry()) == 0
+
+
+def _send_good_and_poison(send, now, poison):
+    """Two batches of each H100 node around one poison message; the nodes were last heard
+    from long ago, so only this drain keeps them reachable."""
+    Node.objects.update(last_seen=now - timedelta(hours=1))
+    a, b = _uuids("h100-a"), _uuids("h100-b")
+    send(batch(1, [sample(u, now.timestamp() + 1) for u in a]))
+    send(batch(1, [sample(u, now.timestamp() + 1) for u in b], node="h100-b"))
+    send(poison)
+    send(batch(2, [sample(u, now.timestamp() + 2) for u in a]))
+    send(batch(2, [sample(u, now.timestamp() + 2) for u in b], node="h100-b"))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_lone_surrogate_is_parked_once_and_every_node_stays_reachable(
+    fleet, now, telemetry_queue
+):
+    """A node name holding a lone surrogate once made writing its dead letter fail; the
+    fallback re-raised and every drain put all messages back, so no node was heard from."""
+    poison = batch(7, [sample("GPU-\ud800", now.timestamp(), health="\udfff")], node="probe-\ud800")
+    _send_good_and_poison(telemetry_queue, now, poison)
+
+    result = telemetry_drain(max_batches=100)
+
+    assert result == {"batches": 5, "stored": 32, "duplicates": 0}
+    assert GpuSample.objects.count() == 32
+    assert _queue_is_empty()
+    assert [n for n in nodes_mark_unreachable() if n.startswith("h100")] == []
+    assert set(
+        Node.objects.filter(hostname__startswith="h100").values_list("status", flat=True)
+    ) == {NodeStatus.UP}
+    letter = TelemetryDeadLetter.objects.get()
+    assert letter.node == "probe-\\ud800"  # kept escaped, as text PostgreSQL can hold
+    assert "control characters" in letter.reason
+    assert '"probe-\\ud800"' in letter.payload and '"GPU-\\ud800"' in letter.payload
+
+    # The same message delivered again (a drain that died after parking it) is not parked twice.
+    telemetry_queue(poison)
+    assert telemetry_drain()["duplicates"] == 1
+    assert TelemetryDeadLetter.objects.count() == 1
+    assert (
+        sum(TelemetryCounter.objects.filter(name="dead_letters").values_list("value", flat=True))
+        == 1
+    )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_batch_that_cannot_even_be_parked_never_sends_the_drain_back(fleet, now, telemetry_queue):
+    """The last resort cannot raise: here PostgreSQL refuses every dead letter (a trigger), and
+    still the good batches are stored, the queue is drained and the nodes stay reachable."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "CREATE FUNCTION refuse_dead_letter() RETURNS trigger AS $$ BEGIN "
+            "RAISE EXCEPTION 'dead letters refused'; END $$ LANGUAGE plpgsql;"
+            "CREATE TRIGGER refuse_dead_letter BEFORE INSERT ON telemetry_telemetrydeadletter "
+            "FOR EACH ROW EXECUTE FUNCTION refuse_dead_letter();"
+        )
+    try:
+        _send_good_and_poison(telemetry_queue, now, batch(7, [], node="probe-\ud800"))
+        result = telemetry_drain(max_batches=100)
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "DROP TRIGGER refuse_dead_letter ON telemetry_telemetrydeadletter;"
+                "DROP FUNCTION refuse_dead_letter();"
+            )
+    assert result["stored"] == 32 and GpuSample.objects.count() == 32
+    assert not TelemetryDeadLetter.objects.exists()
+    assert _queue_is_empty()
+    assert [n for n in nodes_mark_unreachable() if n.startswith("h100")] == []
