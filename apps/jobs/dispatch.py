@@ -294,7 +294,7 @@ def _apply(decision: Decision, *, now: datetime, result: CycleResult) -> None:
             spec = launch_spec(
                 job, by_node[hostname], rank=rank, ranks=len(hostnames), master=primary
             )
-            services.send_agent_task("agent.launch", hostname, spec)
+            services.send_agent_task("agent.launch", hostname, spec, key=services.launch_key(job))
         result.placed.append(job.pk)
 
     placed = set(result.placed)

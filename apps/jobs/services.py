@@ -26,7 +26,7 @@ from apps.jobs.choices import (
     JobStatus,
 )
 from apps.jobs.models import Job, JobAllocation
-from apps.outbox.services import outbox_send_task
+from apps.outbox.services import outbox_send_task, outbox_withdraw
 from apps.reservations.choices import OPEN_STATUSES as RESERVATION_OPEN_STATUSES
 from apps.reservations.models import Reservation
 from apps.teams.models import Membership, Team
@@ -47,11 +47,27 @@ LOG_TAIL_CHARS = 16_000
 # --- messages to node agents -----------------------------------------------------------------
 
 
-def send_agent_task(name: str, hostname: str, *args) -> None:
+def send_agent_task(name: str, hostname: str, *args, key: str = "") -> None:
     """Send one task to a node agent's own queue (`node.<hostname>`) through the outbox: it is
     written in the caller's transaction and sent after the commit, or later by beat if the
-    broker is down (a kill is delayed by an outage, never lost)."""
-    outbox_send_task(name, queue=f"node.{hostname}", args=args)
+    broker is down (a kill is delayed by an outage, never lost). A `key` lets a later change
+    withdraw it while it is unsent."""
+    outbox_send_task(name, queue=f"node.{hostname}", args=args, key=key)
+
+
+def launch_key(job: Job) -> str:
+    """Outbox key of the launches of the job's current attempt (one per node)."""
+    return f"agent.launch:{job.pk}:{job.attempt}"
+
+
+def _withdraw_launches(job: Job, hostnames: list[str], *, now: datetime) -> list[str]:
+    """Drop the attempt's launches still waiting in the outbox (the broker is down): those
+    nodes never start it, so they need no kill and its GPUs there are free at once. Returns
+    the nodes that may run it (their launch went out): they get the kill."""
+    unsent = {queue.removeprefix("node.") for queue in outbox_withdraw(key=launch_key(job))}
+    for hostname in unsent:
+        release_allocations(job_id=job.pk, attempt=job.attempt, hostname=hostname, now=now)
+    return [h for h in hostnames if h not in unsent]
 
 
 def trigger_schedule() -> None:
@@ -230,7 +246,9 @@ def job_submit(
 
 def job_cancel(*, job: Job, actor, reason: str = "", audit: bool = False) -> Job:
     """Cancel a job that has not finished (409 otherwise). A running job's processes get
-    SIGTERM, then SIGKILL after the grace period; its GPUs are free at once. Cancelling
+    SIGTERM, then SIGKILL after the grace period; its GPUs are free once its nodes confirm. A
+    launch still waiting in the outbox is withdrawn instead (never sent, nothing to kill, its
+    GPUs free at once). Cancelling
     another team's job as a platform admin (or with audit=True, e.g. from the admin site) is
     audited."""
     now = timezone.now()
@@ -251,6 +269,7 @@ def job_cancel(*, job: Job, actor, reason: str = "", audit: bool = False) -> Job
         job.estimated_start = None
         job.save()
         close_allocations(job, now=now)
+        hostnames = _withdraw_launches(job, hostnames, now=now)
         if hostnames:
             _kill_on_commit(job, hostnames, settings.JOBS_KILL_GRACE_SECONDS)
         hooks.emit("job.cancelled", job=job, actor=actor)

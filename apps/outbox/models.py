@@ -19,6 +19,9 @@ class OutboxMessage(models.Model):
     name = models.CharField(max_length=200, help_text="Task name, or the email's subject.")
     queue = models.CharField(max_length=255, blank=True)
     payload = models.JSONField(default=dict)
+    # Names a message its sender may withdraw while it is unsent (a job's launch, cancelled
+    # before it went out).
+    key = models.CharField(max_length=200, blank=True, default="")
     created_at = models.DateTimeField(default=timezone.now)
     next_attempt_at = models.DateTimeField(default=timezone.now)
     attempts = models.PositiveIntegerField(default=0)
@@ -32,6 +35,11 @@ class OutboxMessage(models.Model):
                 fields=["kind", "id"], condition=Q(sent_at__isnull=True), name="outbox_unsent_idx"
             ),
             models.Index(fields=["sent_at"], name="outbox_sent_idx"),
+            models.Index(
+                fields=["key"],
+                condition=Q(sent_at__isnull=True) & ~Q(key=""),
+                name="outbox_unsent_key_idx",
+            ),
         ]
 
     def __str__(self) -> str:

@@ -27,17 +27,36 @@ MAX_BACKOFF_SECONDS = 60
 
 
 def outbox_send_task(
-    name: str, *, queue: str, args=(), kwargs: dict | None = None
+    name: str, *, queue: str, args=(), kwargs: dict | None = None, key: str = ""
 ) -> OutboxMessage:
-    """Send Celery task `name` to `queue` once the current transaction commits (JSON args)."""
+    """Send Celery task `name` to `queue` once the current transaction commits (JSON args).
+    A `key` lets the sender withdraw it while it is unsent (`outbox_withdraw`)."""
     message = OutboxMessage.objects.create(
         kind=OutboxKind.TASK,
         name=name,
         queue=queue,
         payload={"args": list(args), "kwargs": kwargs or {}},
+        key=key,
     )
     _flush_after_commit()
     return message
+
+
+def outbox_withdraw(*, key: str) -> list[str]:
+    """Drop the unsent messages with `key`, in the caller's transaction: they are never sent.
+    Returns the queues they were for (the ones that will not get them). A message being sent
+    right now is locked by the flush: this waits for it, and then it counts as sent."""
+    if not key:
+        raise ValueError("outbox_withdraw needs a key")
+    withdrawn = list(
+        OutboxMessage.objects.select_for_update()
+        .filter(key=key, sent_at__isnull=True)
+        .order_by("id")
+    )
+    if withdrawn:
+        OutboxMessage.objects.filter(pk__in=[m.pk for m in withdrawn]).delete()
+        logger.info("outbox: withdrew %d unsent %s messages", len(withdrawn), key)
+    return [m.queue for m in withdrawn]
 
 
 def outbox_send_mail(*, subject: str, body: str, recipients: list[str]) -> OutboxMessage | None:

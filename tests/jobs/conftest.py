@@ -8,7 +8,9 @@ def sent(monkeypatch):
     """Messages to node agents (name, hostname, args) and cycle triggers, instead of Redis."""
     messages: list = []
     monkeypatch.setattr(
-        services, "send_agent_task", lambda name, host, *args: messages.append((name, host, args))
+        services,
+        "send_agent_task",
+        lambda name, host, *args, **_: messages.append((name, host, args)),
     )
     monkeypatch.setattr(
         services.current_app,

@@ -17,7 +17,7 @@ def main() -> None:
     from apps.jobs.models import Job, JobAllocation
     from apps.teams.models import Membership, Quota, Team, User
 
-    services.send_agent_task = lambda *args: None
+    services.send_agent_task = lambda *args, **kwargs: None
     services.current_app.send_task = lambda *args, **kwargs: None
 
     call_command("migrate", verbosity=0)

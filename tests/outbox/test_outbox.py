@@ -144,3 +144,60 @@ def test_notice_survives_a_refused_mail_server(settings):
     assert outbox_flush(now=timezone.now() + timedelta(minutes=5))["sent"] == 1
     assert [m.subject for m in mail.outbox] == ["Booking moved"]
     assert mail.outbox[0].to == ["a@example.com"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_job_cancelled_while_its_launch_waits_in_the_outbox_is_never_launched(
+    member, team, h100, quotas, broker, node_queue
+):
+    Node.objects.exclude(hostname="h100-a").update(status=NodeStatus.DRAINED)
+
+    def submit(argv):
+        return jobs.job_submit(
+            actor=member, team=team, argv=argv, gpu_model=h100, gpu_count=8,
+            max_runtime_seconds=3600,
+        )  # fmt: skip
+
+    broker.down()
+    job = submit(["python", "train.py"])
+    assert schedule_cycle().placed == [job.pk]
+    launch = OutboxMessage.objects.get(name="agent.launch")
+    assert launch.sent_at is None  # the broker is down: the launch waits
+    waiting = submit(["python", "next.py"])
+
+    jobs.job_cancel(job=job, actor=member)
+    assert Job.objects.get(pk=job.pk).status == JobStatus.CANCELLED
+    # Withdrawn with the cancel, and no kill for a process that never started.
+    assert not OutboxMessage.objects.filter(name__in=("agent.launch", "agent.kill")).exists()
+    # Nothing runs on its GPUs: they are free at once, without waiting for a node's word.
+    assert not JobAllocation.objects.filter(job=job, released_at__isnull=True).exists()
+
+    broker.up()
+    outbox_flush(now=timezone.now() + timedelta(minutes=5))
+    assert node_queue("node.h100-a") == []
+    assert schedule_cycle().placed == [waiting.pk]
+    assert node_queue("node.h100-a") == ["agent.launch"]
+    launched = json.loads(
+        redis.Redis.from_url(settings.CELERY_BROKER_URL).lindex("node.h100-a", 0)
+    )["headers"]["argsrepr"]
+    assert str(waiting.pk) in launched and "train.py" not in launched
+
+
+@pytest.mark.django_db(transaction=True)
+def test_cancel_after_the_launch_went_out_still_kills(member, team, h100, quotas, node_queue):
+    Node.objects.exclude(hostname="h100-a").update(status=NodeStatus.DRAINED)
+    job = jobs.job_submit(
+        actor=member, team=team, argv=["python", "train.py"], gpu_model=h100, gpu_count=8,
+        max_runtime_seconds=3600,
+    )  # fmt: skip
+    assert schedule_cycle().placed == [job.pk]
+    jobs.job_cancel(job=job, actor=member)
+    assert node_queue("node.h100-a") == ["agent.launch", "agent.kill"]
+    assert JobAllocation.objects.filter(job=job, released_at__isnull=True).count() == 8
+
+
+def test_withdraw_needs_a_key(db):
+    from apps.outbox.services import outbox_withdraw
+
+    with pytest.raises(ValueError):
+        outbox_withdraw(key="")
