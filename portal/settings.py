@@ -373,6 +373,17 @@ CELERY_BEAT_SCHEDULE["outbox-flush"] = {
 }
 CELERY_BEAT_SCHEDULE["outbox-prune"] = {"task": "outbox.prune", "schedule": 3600.0}
 
+# SSO users are checked with the IdP this often (by the refresh token it issued at sign-in):
+# removed from every mapped group ends their access without waiting for a sign-in. 0: only at
+# sign-in.
+SSO_CHECK_SECONDS = env.float("SSO_CHECK_SECONDS", default=900.0)
+if SSO_ENABLED and SSO_CHECK_SECONDS > 0:
+    CELERY_BEAT_SCHEDULE["sso-check-identities"] = {
+        "task": "sso.check_identities",
+        "schedule": SSO_CHECK_SECONDS,
+        "options": {"expires": SSO_CHECK_SECONDS},
+    }
+
 # --- Portal policy --------------------------------------------------------------------------
 NVML_BACKEND = env.str("NVML_BACKEND", default="simulated")
 TELEMETRY_POLL_SECONDS = env.int("TELEMETRY_POLL_SECONDS", default=15)

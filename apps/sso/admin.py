@@ -16,7 +16,17 @@ class GroupMappingAdmin(AuditedModelAdmin):
 class SsoIdentityAdmin(admin.ModelAdmin):
     list_display = ("user", "subject", "issuer", "last_login_at")
     search_fields = ("user__username", "subject")
-    readonly_fields = ("user", "issuer", "subject", "created_at", "last_login_at", "last_groups")
+    readonly_fields = (
+        "user",
+        "issuer",
+        "subject",
+        "created_at",
+        "last_login_at",
+        "last_checked_at",
+        "last_groups",
+    )
+    # Sealed, but still a credential: never shown. Linking is at /sso/identities/link/.
+    exclude = ("refresh_token",)
 
     def has_add_permission(self, request) -> bool:
         return False

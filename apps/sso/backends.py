@@ -2,7 +2,8 @@
 
 The library checks the ID token's signature and nonce; this backend also checks issuer,
 audience (and azp), expiry and issue time, and turns every failure into an `SsoLoginRefused`
-with a reason the error page can show. The user is found by issuer + subject, not by e-mail.
+with a reason the error page can show. The user is found by issuer + subject only, never by
+username or e-mail.
 """
 
 import logging
@@ -137,6 +138,12 @@ class PortalOIDCBackend(OIDCAuthenticationBackend):
             )
         return payload
 
+    def get_token(self, payload):
+        token_info = super().get_token(payload)
+        # Kept (sealed) for the periodic check with the IdP; see sso_identities_check.
+        self.refresh_token = token_info.get("refresh_token") or ""
+        return token_info
+
     def get_or_create_user(self, access_token, id_token, payload):
         userinfo = {}
         if self.OIDC_OP_USER_ENDPOINT and access_token:
@@ -148,4 +155,11 @@ class PortalOIDCBackend(OIDCAuthenticationBackend):
                 )
         # The signed ID token wins where both carry a claim.
         claims = {**userinfo, **payload}
-        return sso_user_sync(issuer=settings.OIDC_ISSUER, claims=claims)
+        return sso_user_sync(
+            issuer=settings.OIDC_ISSUER,
+            claims=claims,
+            # Set by the callback view only for a sign-in that the signed-in user started to
+            # link their IdP account (views.SsoLinkView), after confirming their password.
+            link_to=getattr(self.request, "sso_link_user", None),
+            refresh_token=getattr(self, "refresh_token", ""),
+        )

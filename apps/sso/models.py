@@ -67,8 +67,17 @@ class SsoIdentity(models.Model):
     subject = models.CharField(max_length=255)
     created_at = models.DateTimeField(auto_now_add=True)
     last_login_at = models.DateTimeField(null=True, blank=True)
-    # Groups sent at the last sign-in, to explain a user's teams.
+    # Groups sent at the last sign-in or check, to explain a user's teams.
     last_groups = models.JSONField(default=list, blank=True)
+    # The IdP's refresh token from the last sign-in, encrypted with a key derived from
+    # DJANGO_SECRET_KEY (apps/sso/sealing.py): lets the periodic check ask the IdP about the
+    # user while they are away. Empty when the IdP issued none or no longer honours it.
+    refresh_token = models.TextField(blank=True, default="")
+    last_checked_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="Last time the periodic check reached the IdP for this user.",
+    )
 
     class Meta:
         verbose_name_plural = "SSO identities"

@@ -5,18 +5,26 @@ groups that map to nothing, a taken username, a deactivated account) nothing is 
 """
 
 import logging
+from collections import Counter
+from urllib.parse import quote_plus
 
+import requests
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.db.models import F
 from django.utils import timezone
 from rest_framework import status
 
 from apps.audit.services import audit_record
+from apps.sso import discovery, sealing
 from apps.sso.models import SsoIdentity
 from apps.sso.selectors import Grants, grants_for_groups
 from apps.teams.choices import GlobalRole, TeamRole
 from apps.teams.models import Membership, Team, User
-from portal.exceptions import ApplicationError
+from apps.teams.services import user_sessions_end
+from apps.teams.tokens import api_tokens_revoke_all
+from portal.exceptions import ApplicationError, PolicyRefusal
 
 logger = logging.getLogger(__name__)
 
@@ -51,13 +59,8 @@ def _groups(claims: dict) -> list[str]:
     return sorted(set(value))
 
 
-@transaction.atomic
-def sso_user_sync(*, issuer: str, claims: dict) -> User:
-    """Create or update the user an ID token names, with roles and teams from its groups.
-
-    The IdP account is recognised by issuer + subject; a first sign-in links to an existing
-    local user of the same username unless that is a superuser (local admins stay local) or
-    already linked to another IdP account. Every membership or role change is audited."""
+def _required_claims(claims: dict) -> tuple[str, str, str]:
+    """subject, username and e-mail, refused with the names of those missing."""
     subject = _claim(claims, "sub")
     username = _claim(claims, settings.OIDC_CLAIM_USERNAME)
     email = _claim(claims, settings.OIDC_CLAIM_EMAIL)
@@ -83,71 +86,232 @@ def sso_user_sync(*, issuer: str, claims: dict) -> User:
         raise SsoLoginRefused(
             "The username the identity provider sent is too long.", code="bad_claims"
         )
+    return subject, username, email
+
+
+def sso_user_sync(
+    *, issuer: str, claims: dict, link_to: User | None = None, refresh_token: str = ""
+) -> User:
+    """Create or update the user an ID token names, with roles and teams from its groups.
+
+    The IdP account is recognised by issuer + subject only, never by a claim its owner may
+    choose (username, e-mail): a first sign-in always gets a new portal user, under a free
+    username when the IdP's is taken. `link_to` is the explicit step that joins an existing
+    local user instead: that user, signed in with their password, started this sign-in to
+    link their IdP account (audited). A known user whose groups no longer grant anything is
+    de-provisioned (committed) before the refusal. Every membership or role change is audited."""
+    subject, username, email = _required_claims(claims)
     groups = _groups(claims)
     grants = grants_for_groups(groups)
     if not grants.grants_anything:
+        if link_to is None:
+            sso_identity_deprovision(
+                issuer=issuer,
+                subject=subject,
+                groups=groups,
+                reason="Sign-in through the identity provider: no group gives access any more; "
+                f"groups: {', '.join(groups) or 'none'}",
+            )
         raise SsoAccessRefused(
             "You signed in, but none of your groups at the identity provider gives access to "
             "the GPU portal. Ask a platform admin to map one of your groups to a team.",
             code="no_mapped_groups",
             detail={"groups": groups},
         )
+    with transaction.atomic():
+        identity = _locked_identity(issuer, subject)
+        if link_to is not None:
+            identity = _link(
+                identity,
+                user=link_to,
+                issuer=issuer,
+                subject=subject,
+                actor=link_to,
+                reason="Linked by the user, signed in with their password, through the "
+                "identity provider's sign-in",
+            )
+        user = _user_for(identity, username=username, issuer=issuer)
+        user.email = email
+        user.first_name = _claim(claims, settings.OIDC_CLAIM_FIRST_NAME)[:150]
+        user.last_name = _claim(claims, settings.OIDC_CLAIM_LAST_NAME)[:150]
+        user.save()
+        if identity is None:
+            identity = SsoIdentity(issuer=issuer, subject=subject)
+        identity.user = user
+        identity.last_login_at = timezone.now()
+        identity.last_groups = groups
+        if refresh_token:
+            identity.refresh_token = sealing.seal(refresh_token)
+        identity.save()
+        reason = f"Sign-in through the identity provider; groups: {', '.join(groups) or 'none'}"
+        _sync_global_role(user, grants, reason=reason)
+        _sync_memberships(user, grants, reason=reason)
+    logger.info("sso sign-in of %s (subject %s), groups %s", user.username, subject, groups)
+    return user
 
-    identity = (
+
+def _locked_identity(issuer: str, subject: str) -> SsoIdentity | None:
+    return (
         SsoIdentity.objects.select_for_update()
         .select_related("user")
         .filter(issuer=issuer, subject=subject)
         .first()
     )
-    if identity is not None:
-        user = identity.user
-        if username != user.username and User.objects.filter(username=username).exists():
-            raise SsoAccessRefused(
-                f"Your username at the identity provider changed to “{username}”, which another "
-                "portal user has. Ask a platform admin to sort the two accounts out.",
-                code="username_taken",
-            )
-    else:
-        user = User.objects.select_for_update().filter(username=username).first()
-        if user is not None and (user.is_superuser or hasattr(user, "sso_identity")):
-            raise SsoAccessRefused(
-                f"The portal already has a user “{username}” that cannot be linked to your "
-                "identity provider account. Ask a platform admin.",
-                code="username_taken",
-            )
-        if user is None:
-            user = User(username=username)
-            user.set_unusable_password()
-        identity = SsoIdentity(issuer=issuer, subject=subject)
-    if user.pk is not None and not user.is_active:
-        raise SsoAccessRefused(
-            "Your portal account is deactivated. Ask a platform admin.", code="account_disabled"
-        )
 
-    user.username = username
-    user.email = email
-    user.first_name = _claim(claims, settings.OIDC_CLAIM_FIRST_NAME)[:150]
-    user.last_name = _claim(claims, settings.OIDC_CLAIM_LAST_NAME)[:150]
-    created = user.pk is None
-    user.save()
-    if created:
+
+def _user_for(identity: SsoIdentity | None, *, username: str, issuer: str) -> User:
+    """The identity's user (renamed after the IdP when that name is free), or a new user."""
+    if identity is None:
+        free = _free_username(username)
+        user = User(username=free)
+        user.set_unusable_password()
+        user.save()
         audit_record(
             actor=None,
             action="user.create",
             target=user,
-            after={"username": username, "email": email},
-            reason=f"First sign-in through the identity provider {issuer}",
+            after={"username": free, "idp_username": username},
+            reason=f"First sign-in through the identity provider {issuer}"
+            + ("" if free == username else f"; “{username}” belongs to another portal user"),
         )
-    identity.user = user
-    identity.last_login_at = timezone.now()
-    identity.last_groups = groups
-    identity.save()
-
-    reason = f"Sign-in through the identity provider; groups: {', '.join(groups) or 'none'}"
-    _sync_global_role(user, grants, reason=reason)
-    _sync_memberships(user, grants, reason=reason)
-    logger.info("sso sign-in of %s (subject %s), groups %s", username, subject, groups)
+        return user
+    user = identity.user
+    if not user.is_active:
+        raise SsoAccessRefused(
+            "Your portal account is deactivated. Ask a platform admin.", code="account_disabled"
+        )
+    if username != user.username and not User.objects.filter(username=username).exists():
+        user.username = username
     return user
+
+
+def _free_username(username: str) -> str:
+    """`username`, or the first of username-sso, username-sso-2, ... no portal user has."""
+    limit = User._meta.get_field("username").max_length
+    for n in range(1000):
+        suffix = "" if n == 0 else "-sso" if n == 1 else f"-sso-{n}"
+        name = username[: limit - len(suffix)] + suffix
+        if not User.objects.filter(username=name).exists():
+            return name
+    raise SsoAccessRefused(
+        f"The portal cannot find a free username for “{username}”. Ask a platform admin.",
+        code="username_taken",
+    )
+
+
+def _link(
+    identity: SsoIdentity | None, *, user: User, issuer: str, subject: str, actor, reason: str
+) -> SsoIdentity:
+    """Attach the IdP account to `user` (audited). Only a platform admin may move one that is
+    already attached to another user; that user is signed out everywhere."""
+    if not user.is_active:
+        raise SsoAccessRefused(
+            f"The portal user “{user.username}” is deactivated.", code="account_disabled"
+        )
+    if identity is not None and identity.user_id == user.pk:
+        return identity
+    current = SsoIdentity.objects.filter(user=user).first()
+    if current is not None:
+        raise SsoAccessRefused(
+            f"The portal user “{user.username}” is already linked to another identity provider "
+            "account. Ask a platform admin.",
+            code="already_linked",
+        )
+    before = None
+    if identity is not None:
+        if not getattr(actor, "is_platform_admin", False):
+            raise SsoAccessRefused(
+                "This identity provider account already belongs to the portal user "
+                f"“{identity.user.username}”. Ask a platform admin to move it.",
+                code="identity_taken",
+            )
+        before = {"user": identity.user.username}
+        user_sessions_end(user=identity.user)
+        identity.user = user
+        identity.refresh_token = ""
+        identity.save(update_fields=["user", "refresh_token"])
+    else:
+        identity = SsoIdentity.objects.create(user=user, issuer=issuer, subject=subject)
+    audit_record(
+        actor=actor,
+        action="sso_identity.link",
+        target=user,
+        before=before,
+        after={"user": user.username, "issuer": issuer, "subject": subject},
+        reason=reason,
+    )
+    return identity
+
+
+@transaction.atomic
+def sso_identity_link(
+    *, user: User, issuer: str, subject: str, actor, reason: str = ""
+) -> SsoIdentity:
+    """A platform admin links the IdP account (issuer + subject) to an existing portal user,
+    or moves it there from the user a first sign-in created. Audited; the user's teams and
+    roles follow their groups from their next sign-in."""
+    if not getattr(actor, "is_platform_admin", False):
+        raise PolicyRefusal(
+            "Only platform admins link identity provider accounts to other users.",
+            code="not_platform_admin",
+        )
+    issuer, subject = issuer.strip().rstrip("/"), subject.strip()
+    if not issuer or not subject:
+        raise ValidationError({"subject": "Give the identity provider and the subject."})
+    return _link(
+        _locked_identity(issuer, subject),
+        user=user,
+        issuer=issuer,
+        subject=subject,
+        actor=actor,
+        reason=reason or "Linked by a platform admin",
+    )
+
+
+def sso_identity_deprovision(*, issuer: str, subject: str, groups: list[str], reason: str) -> bool:
+    """End the access of the user the IdP account is linked to, which the IdP no longer grants
+    anything: memberships in IdP-managed teams and the IdP-managed portal-wide role removed,
+    every session ended, every API token revoked, the password (which would bypass the IdP)
+    disabled unless the user is a superuser (a local admin), the stored refresh token dropped.
+    Memberships of teams managed in the portal stay. Audited; a no-op for an unknown account
+    and when nothing is left to end. Returns whether anything changed."""
+    with transaction.atomic():
+        identity = _locked_identity(issuer, subject)
+        if identity is None:
+            return False
+        user = User.objects.select_for_update().get(pk=identity.user_id)
+        nothing = grants_for_groups([])
+        role_before = user.global_role
+        removed = _sync_memberships(user, nothing, reason=reason)
+        _sync_global_role(user, nothing, reason=reason)
+        tokens = api_tokens_revoke_all(user=user, actor=None, reason=reason)
+        sessions = user_sessions_end(user=user)
+        password = user.has_usable_password() and not user.is_superuser
+        if password:
+            user.set_unusable_password()
+            user.save(update_fields=["password"])
+        identity.last_groups = groups
+        identity.refresh_token = ""
+        identity.save(update_fields=["last_groups", "refresh_token"])
+        changed = bool(removed or tokens or sessions or password or role_before != user.global_role)
+        if changed:
+            audit_record(
+                actor=None,
+                action="sso_identity.deprovision",
+                target=user,
+                before={"user": user.username, "teams": removed, "global_role": role_before},
+                after={
+                    "user": user.username,
+                    "global_role": user.global_role,
+                    "api_tokens_revoked": tokens,
+                    "sessions_ended": sessions,
+                    "password_disabled": password,
+                },
+                reason=reason,
+            )
+    if changed:
+        logger.warning("sso de-provisioned %s (subject %s): %s", user.username, subject, reason)
+    return changed
 
 
 def _sync_global_role(user: User, grants: Grants, *, reason: str) -> None:
@@ -171,8 +335,9 @@ def _sync_global_role(user: User, grants: Grants, *, reason: str) -> None:
     )
 
 
-def _sync_memberships(user: User, grants: Grants, *, reason: str) -> None:
-    """Memberships in IdP-managed teams follow the groups: added, role changed, removed."""
+def _sync_memberships(user: User, grants: Grants, *, reason: str) -> list[str]:
+    """Memberships in IdP-managed teams follow the groups: added, role changed, removed.
+    Returns the slugs of the teams the user left."""
     existing = {
         membership.team_id: membership
         for membership in Membership.objects.select_for_update()
@@ -204,9 +369,11 @@ def _sync_memberships(user: User, grants: Grants, *, reason: str) -> None:
                 after={"user": user.username, "role": role},
                 reason=f"{reason} (group {grants.team_groups[team_id]})",
             )
+    removed = []
     for team_id, membership in existing.items():
         if team_id in grants.team_roles:
             continue
+        removed.append(teams[team_id].slug)
         audit_record(
             actor=None,
             action="membership.remove",
@@ -215,3 +382,159 @@ def _sync_memberships(user: User, grants: Grants, *, reason: str) -> None:
             reason=reason,
         )
         membership.delete()
+    return sorted(removed)
+
+
+class _GrantLost(Exception):
+    """The IdP refused the stored refresh token (invalid_grant)."""
+
+
+def sso_identities_check() -> dict[str, int]:
+    """The periodic check with the IdP (beat, SSO_CHECK_SECONDS): for every active user whose
+    IdP issued a refresh token at sign-in, ask the IdP for their current groups and apply them
+    as a sign-in would, de-provisioning a user whom no group grants anything any more. Users
+    without a stored refresh token are checked at their next sign-in only. Returns how many
+    identities ended in each outcome."""
+    outcomes: Counter[str] = Counter()
+    pending = (
+        SsoIdentity.objects.filter(issuer=settings.OIDC_ISSUER, user__is_active=True)
+        .exclude(refresh_token="")
+        .order_by(F("last_checked_at").asc(nulls_first=True), "pk")
+        .values_list("pk", flat=True)
+    )
+    for identity_id in pending:
+        outcomes[sso_identity_check(identity_id=identity_id)] += 1
+    return dict(outcomes)
+
+
+def sso_identity_check(*, identity_id: int) -> str:
+    """Check one user with the IdP by their stored refresh token; returns the outcome:
+    `synced`, `deprovisioned`, `grant_lost` (the IdP refuses the token: revoked, expired, or
+    the account disabled or removed there, which the IdP does not tell apart; the user is
+    signed out and checked again at their next sign-in), `no_groups_claim` (the IdP's user
+    info carries no groups: nothing is changed), or `unreachable` / `no_token` / `gone`."""
+    identity = SsoIdentity.objects.filter(pk=identity_id).first()
+    if identity is None:
+        return "gone"
+    refresh_token = sealing.unseal(identity.refresh_token)
+    if not refresh_token:
+        return "no_token"
+    try:
+        answer = _refresh(refresh_token)
+        claims = _userinfo(answer["access_token"])
+    except _GrantLost:
+        _grant_lost(identity)
+        return "grant_lost"
+    except (requests.RequestException, ValueError, KeyError, discovery.DiscoveryError) as error:
+        logger.warning("sso check of subject %s failed: %r", identity.subject, error)
+        return "unreachable"
+    if claims.get("sub") != identity.subject:
+        logger.error("sso check: the IdP's user info for %s names another subject", identity.pk)
+        return "unreachable"
+    refresh_token = answer.get("refresh_token") or refresh_token
+    if settings.OIDC_CLAIM_GROUPS not in claims:
+        _checked(identity.pk, refresh_token=refresh_token, groups=None)
+        return "no_groups_claim"
+    try:
+        groups = _groups(claims)
+    except SsoLoginRefused:
+        return "unreachable"
+    grants = grants_for_groups(groups)
+    groups_text = ", ".join(groups) or "none"
+    if not grants.grants_anything:
+        sso_identity_deprovision(
+            issuer=identity.issuer,
+            subject=identity.subject,
+            groups=groups,
+            reason="Periodic check with the identity provider: no group gives access any more; "
+            f"groups: {groups_text}",
+        )
+        return "deprovisioned"
+    _checked(
+        identity.pk,
+        refresh_token=refresh_token,
+        groups=groups,
+        grants=grants,
+        reason=f"Periodic check with the identity provider; groups: {groups_text}",
+    )
+    return "synced"
+
+
+def _refresh(refresh_token: str) -> dict:
+    data = {"grant_type": "refresh_token", "refresh_token": refresh_token}
+    client_id, secret = settings.OIDC_RP_CLIENT_ID, settings.OIDC_RP_CLIENT_SECRET
+    methods = discovery.endpoint("token_endpoint_auth_methods_supported") or []
+    auth = None
+    # OpenID Connect Discovery 1.0: client_secret_basic when the IdP names no method.
+    if not methods or "client_secret_basic" in methods:
+        auth = (quote_plus(client_id), quote_plus(secret))  # RFC 6749, 2.3.1
+    else:
+        data.update(client_id=client_id, client_secret=secret)
+    response = requests.post(
+        discovery.endpoint("token_endpoint"), data=data, auth=auth, timeout=settings.OIDC_TIMEOUT
+    )
+    if response.status_code in (400, 401):
+        try:
+            error = response.json().get("error")
+        except ValueError:
+            error = None
+        # RFC 6749, 5.2: invalid_grant is about this user's grant; anything else (a wrong
+        # client secret, say) is the portal's configuration and must not sign users out.
+        if error == "invalid_grant":
+            raise _GrantLost()
+    response.raise_for_status()
+    return response.json()
+
+
+def _userinfo(access_token: str) -> dict:
+    endpoint = discovery.endpoint("userinfo_endpoint")
+    if not endpoint:
+        raise discovery.DiscoveryError("The identity provider has no userinfo endpoint.")
+    response = requests.get(
+        endpoint,
+        headers={"Authorization": f"Bearer {access_token}"},
+        timeout=settings.OIDC_TIMEOUT,
+    )
+    response.raise_for_status()
+    claims = response.json()
+    if not isinstance(claims, dict):
+        raise ValueError("The identity provider's user info is not an object.")
+    return claims
+
+
+@transaction.atomic
+def _checked(
+    identity_id: int,
+    *,
+    refresh_token: str,
+    groups: list[str] | None,
+    grants: Grants | None = None,
+    reason: str = "",
+) -> None:
+    identity = SsoIdentity.objects.select_for_update().select_related("user").get(pk=identity_id)
+    identity.refresh_token = sealing.seal(refresh_token)
+    identity.last_checked_at = timezone.now()
+    if groups is not None:
+        identity.last_groups = groups
+    identity.save(update_fields=["refresh_token", "last_checked_at", "last_groups"])
+    if grants is not None:
+        _sync_global_role(identity.user, grants, reason=reason)
+        _sync_memberships(identity.user, grants, reason=reason)
+
+
+@transaction.atomic
+def _grant_lost(identity: SsoIdentity) -> None:
+    identity = SsoIdentity.objects.select_for_update().select_related("user").get(pk=identity.pk)
+    identity.refresh_token = ""
+    identity.last_checked_at = timezone.now()
+    identity.save(update_fields=["refresh_token", "last_checked_at"])
+    sessions = user_sessions_end(user=identity.user)
+    audit_record(
+        actor=None,
+        action="sso_identity.grant_lost",
+        target=identity.user,
+        after={"user": identity.user.username, "sessions_ended": sessions},
+        reason="The identity provider no longer honours this user's sign-in (revoked, expired, "
+        "or the account was disabled or removed there): signed out; teams, roles and API "
+        "tokens are checked again at the next sign-in",
+    )

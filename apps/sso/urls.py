@@ -6,4 +6,6 @@ app_name = "sso"
 urlpatterns = [
     path("login/", views.SsoLoginView.as_view(), name="login"),
     path("callback/", views.SsoCallbackView.as_view(), name="callback"),
+    path("link/", views.SsoLinkView.as_view(), name="link"),
+    path("identities/link/", views.SsoIdentityLinkView.as_view(), name="identity-link"),
 ]

@@ -3,19 +3,30 @@ and a logout that also ends the IdP session. Every refusal is a page that says w
 nothing is written on a refusal."""
 
 import logging
-from urllib.parse import urlencode
+from urllib.parse import parse_qs, urlencode, urlparse
 
 import requests
 from django.conf import settings
+from django.contrib import auth, messages
+from django.contrib.auth.mixins import LoginRequiredMixin
 from django.contrib.auth.views import LogoutView
-from django.core.exceptions import SuspiciousOperation
+from django.core.exceptions import PermissionDenied, SuspiciousOperation, ValidationError
 from django.http import Http404, HttpResponseRedirect
 from django.shortcuts import render, resolve_url
+from django.urls import reverse
 from django.views import View
 from mozilla_django_oidc.views import OIDCAuthenticationCallbackView, OIDCAuthenticationRequestView
 
 from apps.sso import discovery
-from apps.sso.services import SsoLoginRefused
+from apps.sso.models import SsoIdentity
+from apps.sso.services import SsoLoginRefused, sso_identity_link
+from apps.teams.models import User
+from portal.exceptions import ApplicationError
+from portal.roles import is_platform_admin
+
+# Session key of a pending "link my IdP account": the state of the sign-in it started and the
+# user who started it.
+LINK_SESSION_KEY = "sso_link"
 
 logger = logging.getLogger(__name__)
 
@@ -73,6 +84,14 @@ class SsoCallbackView(OIDCAuthenticationCallbackView):
                 status=400,
             )
         state = request.GET.get("state")
+        link = request.session.pop(LINK_SESSION_KEY, None)
+        if (
+            link
+            and link.get("state") == state
+            and request.user.is_authenticated
+            and link.get("user") == request.user.pk
+        ):
+            request.sso_link_user = request.user
         if not request.GET.get("code") or not state:
             return _error_page(
                 request,
@@ -124,6 +143,102 @@ class SsoCallbackView(OIDCAuthenticationCallbackView):
             message="The identity provider did not sign you in. Start again.",
             status=400,
         )
+
+
+class SsoLinkView(LoginRequiredMixin, View):
+    """A user signed in with their password links their IdP account to their portal user:
+    they confirm the password here, sign in at the IdP, and the callback links the account
+    that comes back (sso_user_sync with link_to). The only way besides a platform admin."""
+
+    template_name = "sso/link.html"
+
+    def dispatch(self, request, *args, **kwargs):
+        _require_sso()
+        return super().dispatch(request, *args, **kwargs)
+
+    def _page(self, request, *, error: str = "", status: int = 200):
+        identity = SsoIdentity.objects.filter(user=request.user).first()
+        return render(
+            request,
+            self.template_name,
+            {"identity": identity, "error": error, "issuer": settings.OIDC_ISSUER},
+            status=status,
+        )
+
+    def get(self, request):
+        return self._page(request)
+
+    def post(self, request):
+        if SsoIdentity.objects.filter(user=request.user).exists():
+            return self._page(request, error="Your account is already linked.", status=409)
+        # authenticate(), not check_password(): failed confirmations count towards the
+        # lockout like failed logins, so a stolen session cannot guess the password.
+        confirmed = auth.authenticate(
+            request, username=request.user.get_username(), password=request.POST.get("password", "")
+        )
+        if confirmed is None or confirmed.pk != request.user.pk:
+            return self._page(request, error="That is not your password.", status=400)
+        start = SsoLoginView()
+        start.setup(request)
+        response = start.get(request)
+        location = response.get("Location", "")
+        state = parse_qs(urlparse(location).query).get("state", [""])[0]
+        if response.status_code != 302 or not state:
+            return response
+        request.session[LINK_SESSION_KEY] = {"state": state, "user": request.user.pk}
+        request.session["oidc_login_next"] = reverse("sso:link")
+        return response
+
+
+class SsoIdentityLinkView(LoginRequiredMixin, View):
+    """A platform admin links an IdP account (its subject, as the SSO identities list on the
+    admin site shows it) to an existing portal user, or moves it there from the user its first
+    sign-in created. Audited (sso_identity.link)."""
+
+    template_name = "sso/identity_link.html"
+
+    def dispatch(self, request, *args, **kwargs):
+        _require_sso()
+        if request.user.is_authenticated and not is_platform_admin(request.user):
+            raise PermissionDenied("Only platform admins link identity provider accounts.")
+        return super().dispatch(request, *args, **kwargs)
+
+    def _page(self, request, *, errors: dict | None = None, status: int = 200):
+        context = {
+            "issuer": settings.OIDC_ISSUER,
+            "errors": errors or {},
+            "values": {
+                "username": request.POST.get("username", request.GET.get("username", "")),
+                "subject": request.POST.get("subject", request.GET.get("subject", "")),
+            },
+        }
+        return render(request, self.template_name, context, status=status)
+
+    def get(self, request):
+        return self._page(request)
+
+    def post(self, request):
+        username = request.POST.get("username", "").strip()
+        subject = request.POST.get("subject", "").strip()
+        user = User.objects.filter(username=username).first() if username else None
+        if user is None:
+            return self._page(
+                request, errors={"username": [f"No portal user “{username}”."]}, status=400
+            )
+        try:
+            sso_identity_link(
+                user=user,
+                issuer=settings.OIDC_ISSUER,
+                subject=subject,
+                actor=request.user,
+                reason=request.POST.get("reason", "").strip()[:500],
+            )
+        except ValidationError as error:
+            return self._page(request, errors=error.message_dict, status=400)
+        except ApplicationError as error:
+            return self._page(request, errors={"general": error.message}, status=409)
+        messages.success(request, f"Linked the identity provider account {subject} to {username}.")
+        return HttpResponseRedirect(reverse("sso:identity-link"))
 
 
 class PortalLogoutView(LogoutView):

@@ -1,7 +1,10 @@
 """Team membership changes. Team admins manage their own team; platform admins any team."""
 
+from django.contrib.auth import SESSION_KEY
+from django.contrib.sessions.models import Session
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
+from django.utils import timezone
 
 from apps.audit.services import audit_record
 from apps.teams.choices import TeamRole
@@ -69,6 +72,18 @@ def membership_remove(*, membership: Membership, actor) -> None:
         before={"user": membership.user.username, "role": membership.role},
     )
     membership.delete()
+
+
+def user_sessions_end(*, user: User) -> int:
+    """Sign `user` out of every browser: delete their stored sessions (the portal keeps
+    sessions in the database). Returns how many were ended."""
+    ended = [
+        session.pk
+        for session in Session.objects.filter(expire_date__gt=timezone.now()).iterator()
+        if session.get_decoded().get(SESSION_KEY) == str(user.pk)
+    ]
+    Session.objects.filter(pk__in=ended).delete()
+    return len(ended)
 
 
 def _refuse_removing_last_admin(membership: Membership, *, new_role: str | None) -> None:

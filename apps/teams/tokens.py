@@ -14,6 +14,7 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.db.models import QuerySet
 from django.utils import timezone
+from rest_framework.authtoken.models import Token
 
 from apps.audit.services import audit_record
 from apps.teams.choices import ApiTokenScope
@@ -88,6 +89,37 @@ def api_token_revoke(*, token: ApiToken, actor) -> ApiToken:
         token.save(update_fields=["revoked_at"])
         audit_record(actor=actor, action="api_token.revoke", target=token, before=_snapshot(token))
     return token
+
+
+@transaction.atomic
+def api_tokens_revoke_all(*, user: User, actor, reason: str) -> int:
+    """Turn off every usable token of `user` (access withdrawn elsewhere, e.g. at the identity
+    provider), each revocation audited; also the single unnamed token of earlier versions.
+    Returns how many were turned off."""
+    now = timezone.now()
+    revoked = 0
+    for token in ApiToken.objects.select_for_update().filter(user=user, revoked_at__isnull=True):
+        token.revoked_at = now
+        token.save(update_fields=["revoked_at"])
+        audit_record(
+            actor=actor,
+            action="api_token.revoke",
+            target=token,
+            before=_snapshot(token),
+            reason=reason,
+        )
+        revoked += 1
+    for legacy in Token.objects.filter(user=user):
+        audit_record(
+            actor=actor,
+            action="api_token.revoke",
+            target=legacy.user,
+            before={"name": "unnamed token of earlier versions"},
+            reason=reason,
+        )
+        legacy.delete()
+        revoked += 1
+    return revoked
 
 
 def api_token_for_key(key: str) -> ApiToken | None:

@@ -1,6 +1,9 @@
 import pytest
 
 from apps.sso import discovery
+from apps.sso.models import GroupMapping
+from apps.teams.choices import GlobalRole, TeamRole
+from tests.factories import TeamFactory
 from tests.sso.provider import TokenRelay, start_provider, stop_provider
 
 CLIENT_ID = "gpu-portal"
@@ -42,3 +45,15 @@ def token_relay(sso):
     discovery._cache[sso.url] = (float("inf"), metadata)
     yield relay
     relay.stop()
+
+
+@pytest.fixture
+def teams():
+    """Teams vision and nlp managed by the IdP's groups, scratch managed in the portal, and a
+    finance group."""
+    vision, nlp, scratch = (TeamFactory(slug=slug) for slug in ("vision", "nlp", "scratch"))
+    GroupMapping.objects.create(group="gpu-vision", team=vision, role=TeamRole.MEMBER)
+    GroupMapping.objects.create(group="gpu-nlp-admins", team=nlp, role=TeamRole.TEAM_ADMIN)
+    GroupMapping.objects.create(group="gpu-nlp", team=nlp, role=TeamRole.MEMBER)
+    GroupMapping.objects.create(group="gpu-finance", role=GlobalRole.FINANCE)
+    return {"vision": vision, "nlp": nlp, "scratch": scratch}
