@@ -34,10 +34,10 @@ COPY static ./static
 RUN pip install . && rm -rf build ./*.egg-info
 
 # Static files are collected at build time; whitenoise serves them from var/static.
-# The secret below exists only for this RUN step (settings refuse DJANGO_DEBUG=0 without a
-# 32+ character key and allowed hosts); it is not in the image's environment.
+# The settings refuse DJANGO_DEBUG=0 without a random key and allowed hosts, so this RUN step
+# draws a throwaway key of its own; it is not in the image's environment.
 RUN DJANGO_DEBUG=0 \
-    DJANGO_SECRET_KEY=build-only-collectstatic-placeholder-not-a-secret \
+    DJANGO_SECRET_KEY="$(python -c 'import secrets; print(secrets.token_urlsafe(50))')" \
     DJANGO_ALLOWED_HOSTS=localhost \
     python manage.py collectstatic --noinput
 

@@ -67,6 +67,11 @@ def test_development_is_opted_into(tmp_path):
     assert settings_of({"DJANGO_DEBUG": "1"}, tmp_path, "DEBUG") == {"DEBUG": True}
 
 
+# The Dockerfile's build-time key before it drew a random one: copied into real deployments.
+OLD_DOCKERFILE_KEY = "build-only-collectstatic-placeholder-not-a-secret"
+PLACEHOLDER = "development key or a placeholder"
+
+
 @pytest.mark.parametrize(
     "key, reason",
     [
@@ -74,8 +79,20 @@ def test_development_is_opted_into(tmp_path):
         ("x" * 200, "only 1 distinct characters"),
         ("abcdefghi" * 6, "only 9 distinct characters"),
         ("Tr0ub4dor&3", "it has 11 characters"),
-        (DEV_KEY, "development key"),
-        ("django-insecure-" + RANDOM_KEY, "development key"),
+        (DEV_KEY, PLACEHOLDER),
+        ("django-insecure-" + RANDOM_KEY, PLACEHOLDER),
+        (OLD_DOCKERFILE_KEY, PLACEHOLDER),
+        ("change-me", PLACEHOLDER),
+        # A sequence twice, a word repeated then digits in order, a keyboard walk: 10+ distinct
+        # characters and 32+ long, yet guessed at once.
+        ("0123456789abcdef0123456789abcdef", "it is guessable"),
+        ("passwordpasswordpassword1234567890", "it is guessable"),
+        ("qwertyuiopasdfghjklzxcvbnm1234567890", "it is guessable"),
+        ("abcdefghijklmnopqrstuvwxyz0123456789", "it is guessable"),
+        ("Xk9#mQ2&vL" * 4, "it is guessable"),
+        # Typed phrases: long and varied, but words.
+        ("ThisIsMyVerySecretKeyForTheGpuPortal2026!", "made of words"),
+        ("correct-horse-battery-staple-correct-horse", "made of words"),
     ],
 )
 def test_weak_secret_keys_are_refused(key, reason):
@@ -83,9 +100,16 @@ def test_weak_secret_keys_are_refused(key, reason):
 
 
 def test_generated_secret_keys_are_accepted():
-    for _ in range(50):
+    from django.core.management.utils import get_random_secret_key
+
+    for _ in range(20):
+        assert secret_key_problem(secrets.token_urlsafe(50), dev_key=DEV_KEY) == ""
         assert secret_key_problem(secrets.token_urlsafe(32), dev_key=DEV_KEY) == ""
-    assert secret_key_problem(secrets.token_hex(16), dev_key=DEV_KEY) == ""
+        assert secret_key_problem(secrets.token_hex(16), dev_key=DEV_KEY) == ""
+        assert secret_key_problem(get_random_secret_key(), dev_key=DEV_KEY) == ""
+    # Past the estimator's 72 characters every part counts: random text, then a long pattern.
+    assert secret_key_problem(secrets.token_urlsafe(100), dev_key=DEV_KEY) == ""
+    assert "guessable" in secret_key_problem("0123456789" * 20, dev_key=DEV_KEY)
 
 
 def test_production_refuses_a_key_of_identical_characters(tmp_path):
@@ -94,6 +118,36 @@ def test_production_refuses_a_key_of_identical_characters(tmp_path):
     )
     assert result.returncode != 0
     assert "distinct characters" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "key", ["0123456789abcdef0123456789abcdef", "passwordpasswordpassword1234567890"]
+)
+def test_production_refuses_a_guessable_key_and_says_how_to_make_one(key, tmp_path):
+    result = run_python(
+        "import portal.settings", {**PRODUCTION, "DJANGO_SECRET_KEY": key}, tmp_path
+    )
+    assert result.returncode != 0
+    assert "ImproperlyConfigured" in result.stderr and "it is guessable" in result.stderr
+    assert "secrets.token_urlsafe(50)" in result.stderr
+
+
+def test_production_starts_with_a_generated_key(tmp_path):
+    key = secrets.token_urlsafe(50)
+    values = settings_of({**PRODUCTION, "DJANGO_SECRET_KEY": key}, tmp_path, "SECRET_KEY")
+    assert values == {"SECRET_KEY": key}
+
+
+def test_no_file_of_the_project_ships_a_key_the_settings_would_take():
+    """The Dockerfile draws its build-time key; .env.example and compose hold none."""
+    for name in ("Dockerfile", ".env.example", "docker-compose.yml", "README.md"):
+        text = (ROOT / name).read_text()
+        for value in re.findall(r"DJANGO_SECRET_KEY[=:]\s*([^\s\\]+)", text):
+            value = value.strip("\"'")
+            if value.startswith(("${", "$(")):
+                continue  # drawn or interpolated where it is used
+            assert secret_key_problem(value, dev_key=DEV_KEY), (name, value)
+    assert OLD_DOCKERFILE_KEY not in (ROOT / "Dockerfile").read_text()
 
 
 def test_production_sends_hsts_redirects_to_https_and_trusts_the_proxy_header(tmp_path):
