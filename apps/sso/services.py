@@ -385,6 +385,10 @@ def _sync_memberships(user: User, grants: Grants, *, reason: str) -> list[str]:
     return sorted(removed)
 
 
+# Consecutive users the IdP failed to answer for before a check run gives up until the next.
+_GIVE_UP_AFTER = 3
+
+
 class _GrantLost(Exception):
     """The IdP refused the stored refresh token (invalid_grant)."""
 
@@ -402,8 +406,15 @@ def sso_identities_check() -> dict[str, int]:
         .order_by(F("last_checked_at").asc(nulls_first=True), "pk")
         .values_list("pk", flat=True)
     )
+    failures_in_a_row = 0
     for identity_id in pending:
-        outcomes[sso_identity_check(identity_id=identity_id)] += 1
+        outcome = sso_identity_check(identity_id=identity_id)
+        outcomes[outcome] += 1
+        failures_in_a_row = failures_in_a_row + 1 if outcome == "unreachable" else 0
+        if failures_in_a_row >= _GIVE_UP_AFTER:
+            # The IdP is down or misconfigured: waiting out a timeout per user helps nobody.
+            logger.warning("sso check stopped: the identity provider did not answer")
+            break
     return dict(outcomes)
 
 

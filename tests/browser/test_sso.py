@@ -1,9 +1,11 @@
 """Signing in with the organisation's identity provider, in a real browser, against a real
 OpenID Connect provider process (oidc-provider-mock) the test starts."""
 
+import copy
 from urllib.parse import urlparse
 
 import pytest
+from django.conf import settings as django_settings
 from playwright.sync_api import expect
 
 from apps.audit.models import AuditEvent
@@ -11,6 +13,7 @@ from apps.sso import discovery
 from apps.sso.models import GroupMapping
 from apps.teams.choices import TeamRole
 from apps.teams.models import Membership, Team, User
+from tests.browser.conftest import login
 from tests.sso.provider import start_provider, stop_provider
 
 
@@ -109,3 +112,42 @@ def test_sso_user_whose_groups_map_to_nothing_sees_a_clear_page(
     expect(alert).to_contain_text("none of your groups")
     expect(page.get_by_role("link", name="log in with a password")).to_be_visible()
     assert not User.objects.filter(username="max").exists()
+
+
+def test_an_idp_account_named_like_a_local_user_gets_its_own_account_until_the_user_links_it(
+    sso_page, oidc_provider, settings, browser_errors
+):
+    browser_errors.allow(r"status of 403")
+    # What production's settings add for the IdP: the link form's answer redirects there.
+    policy = copy.deepcopy(settings.CONTENT_SECURITY_POLICY)
+    policy["DIRECTIVES"]["form-action"].append(oidc_provider.url)
+    settings.CONTENT_SECURITY_POLICY = policy
+    page = sso_page
+    oidc_provider.set_user(
+        "sub-evil-fran",
+        {"preferred_username": "fran", "email": "evil@example.org", "groups": ["gpu-vision"]},
+    )
+    sign_in_with_sso(page, "sub-evil-fran")
+    expect(page.locator(".user-menu")).to_contain_text("fran-sso")
+    assert page.goto("/billing/").status == 403
+
+    # The real fran, logged in with her password, links her own IdP account.
+    oidc_provider.set_user(
+        "sub-fran",
+        {"preferred_username": "fran", "email": "fran@example.com", "groups": ["gpu-nlp"]},
+    )
+    page.context.clear_cookies()
+    login(page, "fran")
+    page.locator(".user-menu").get_by_role("link", name="SSO").click()
+    page.fill("#id_password", django_settings.DEMO_PASSWORD)
+    page.get_by_role("button", name="Link my SSO account").click()
+    expect(page.get_by_role("heading", name="Authorize Client")).to_be_visible()
+    page.fill("input[name=sub]", "sub-fran")
+    page.get_by_role("button", name="Authorize").click()
+    expect(page.get_by_test_id("sso-linked")).to_contain_text("sub-fran")
+
+    sign_in_with_sso(page, "sub-fran")
+    expect(page.locator(".user-menu")).to_contain_text("fran")
+    expect(page.locator(".user-menu")).not_to_contain_text("fran-sso")
+    assert page.goto("/billing/").status == 200
+    assert AuditEvent.objects.get(action="sso_identity.link").actor.username == "fran"

@@ -14,7 +14,7 @@ from apps.sso import sealing
 from apps.sso.models import SsoIdentity
 from apps.sso.services import sso_identities_check, sso_identity_link
 from apps.teams.choices import ApiTokenScope, GlobalRole, TeamRole
-from apps.teams.models import ApiToken, User
+from apps.teams.models import ApiToken, Membership, User
 from apps.teams.tokens import api_token_create
 from tests.factories import TEST_PASSWORD, MembershipFactory, PlatformAdminFactory, UserFactory
 from tests.sso.test_login import claims, memberships, refused, sign_in
@@ -154,3 +154,24 @@ def test_beat_check_on_a_real_worker_ends_the_access_of_a_user_removed_at_the_id
     assert_access_ended(carol, browser, key)
     assert not Session.objects.exists()
     assert "Periodic check" in AuditEvent.objects.get(action="sso_identity.deprovision").reason
+
+
+@pytest.mark.django_db
+def test_an_unreachable_idp_changes_nobody_and_the_check_gives_up_early(sso, teams, settings):
+    from apps.sso import discovery
+    from tests.sso.provider import free_port
+
+    users = []
+    for n in range(5):
+        sso.set_user(f"sub-{n}", claims(f"user{n}", groups=["gpu-vision"]))
+        browser = Client()
+        sign_in(browser, sso, f"sub-{n}")
+        users.append(browser)
+    settings.OIDC_ISSUER = f"http://127.0.0.1:{free_port()}"
+    SsoIdentity.objects.update(issuer=settings.OIDC_ISSUER)
+    discovery.clear_cache()
+    assert sso_identities_check() == {"unreachable": 3}
+    assert all(browser.get("/").wsgi_request.user.is_authenticated for browser in users)
+    assert Membership.objects.filter(team=teams["vision"]).count() == 5
+    assert not SsoIdentity.objects.filter(refresh_token="").exists()
+    assert not AuditEvent.objects.exclude(action__in=["user.create", "membership.add"]).exists()
