@@ -1,7 +1,7 @@
 from decimal import Decimal
 
 from django.conf import settings
-from django.http import FileResponse, StreamingHttpResponse
+from django.http import FileResponse
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
@@ -26,6 +26,7 @@ from apps.billing.periods import parse_period
 from apps.billing.services import is_billing_admin
 from apps.fleet.models import GpuModel
 from apps.teams.models import Team
+from portal.downloads import streaming_download
 from portal.exceptions import ApplicationError
 from portal.serializers import RefuseUnknownFieldsMixin
 
@@ -398,10 +399,11 @@ def export_response(
             content_type="application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
         )
     elif fmt == ExportFormat.JSON:
-        response = StreamingHttpResponse(
-            exports.json_chunks(scope, exports.table_rows(scope)), content_type="application/json"
+        response = streaming_download(
+            exports.json_chunks(scope, exports.table_rows(scope)),
+            filename=f"{name}.json",
+            content_type="application/json",
         )
-        response["Content-Disposition"] = f'attachment; filename="{name}.json"'
     else:
         if fmt == ExportFormat.FOCUS:
             header = focus.focus_columns(focus_version)
@@ -411,10 +413,11 @@ def export_response(
             showback = is_showback()
             header = exports.table_columns(scope.level, showback=showback)
             rows = exports.table_rows(scope)
-        response = StreamingHttpResponse(
-            exports.csv_chunks(header, rows), content_type="text/csv; charset=utf-8"
+        response = streaming_download(
+            exports.csv_chunks(header, rows),
+            filename=f"{name}.csv",
+            content_type="text/csv; charset=utf-8",
         )
-        response["Content-Disposition"] = f'attachment; filename="{name}.csv"'
     response["X-Chargeback-Draft"] = "true" if scope.draft else "false"
     response.status_code = status.HTTP_200_OK
     return response

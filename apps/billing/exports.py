@@ -258,11 +258,15 @@ class _Echo:
 
 
 def csv_chunks(header: list[str], rows: Iterator[dict]) -> Iterator[str]:
-    """CSV text, one line per chunk (None is written as an empty field)."""
+    """CSV text, one line per chunk (None is written as an empty field). The header comes with
+    the first row, so the first chunk has run the query (portal.downloads)."""
     writer = csv.writer(_Echo())
-    yield writer.writerow(header)
+    pending = writer.writerow(header)
     for row in rows:
-        yield writer.writerow(list(map(row.__getitem__, header)))
+        yield pending + writer.writerow(list(map(row.__getitem__, header)))
+        pending = ""
+    if pending:
+        yield pending
 
 
 def flag(value: bool) -> str:
@@ -277,10 +281,12 @@ def json_chunks(scope: ExportScope, rows: Iterator[dict]) -> Iterator[str]:
         "level": scope.level,
         "currency": settings.BILLING_CURRENCY,
     }
-    yield json.dumps(head)[:-1] + ', "rows": ['
-    for index, row in enumerate(rows):
-        yield ("," if index else "") + json.dumps(row, default=str)
-    yield "]}"
+    # The opening comes with the first row, so the first chunk has run the query.
+    opening = json.dumps(head)[:-1] + ', "rows": ['
+    for row in rows:
+        yield opening + json.dumps(row, default=str)
+        opening = ","
+    yield ("" if opening == "," else opening) + "]}"
 
 
 # ---- XLSX ------------------------------------------------------------------------------------
@@ -432,6 +438,10 @@ def _xlsx_value(name: str, value):
 
 def xlsx_file(scope: ExportScope):
     handle = tempfile.NamedTemporaryFile(suffix=".xlsx")  # noqa: SIM115 - handed to the response
-    write_xlsx(scope, handle.name)
+    try:
+        write_xlsx(scope, handle.name)
+    except BaseException:
+        handle.close()  # a failed build leaves no half-written file behind
+        raise
     handle.seek(0)
     return handle

@@ -2,6 +2,8 @@
 
 from datetime import datetime
 
+from django.db.models import Q
+
 from apps.efficiency.selectors import job_figures, jobs_in_window
 from apps.jobs.models import Job
 
@@ -43,14 +45,15 @@ def team_job_rows(*, team, start: datetime, end: datetime):
     """One row per job of the team that held GPUs in [start, end) or was submitted then (a
     waiting job has its estimated cost), newest first, in batches (a bounded number of
     queries per batch)."""
+    # One filter with OR, not a UNION: SQLite refuses a compound statement whose parts carry
+    # the model's default ordering.
     held = jobs_in_window(start=start, end=end).filter(team=team).values("pk")
-    jobs = (
+    ids = list(
         Job.objects.filter(team=team)
-        .filter(pk__in=held)
-        .union(Job.objects.filter(team=team, submitted_at__gte=start, submitted_at__lt=end))
+        .filter(Q(pk__in=held) | Q(submitted_at__gte=start, submitted_at__lt=end))
+        .order_by("-pk")
         .values_list("pk", flat=True)
     )
-    ids = sorted(set(jobs), reverse=True)
     for offset in range(0, len(ids), BATCH):
         batch = list(
             Job.objects.filter(pk__in=ids[offset : offset + BATCH])

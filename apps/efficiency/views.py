@@ -13,6 +13,7 @@ from apps.efficiency.forms import AdviceFilterForm
 from apps.efficiency.models import DigestSetting
 from apps.efficiency.serializers import ITEM_COLUMNS, item_rows
 from apps.teams.models import Team
+from portal.downloads import streaming_download
 from portal.exceptions import ApplicationError
 
 PAGE_SIZE = 25
@@ -63,11 +64,9 @@ def advice_view(request):
 
 
 def _csv(rows, header: list[str], name: str) -> StreamingHttpResponse:
-    response = StreamingHttpResponse(
-        csv_chunks(header, rows), content_type="text/csv; charset=utf-8"
+    return streaming_download(
+        csv_chunks(header, rows), filename=f"{name}.csv", content_type="text/csv; charset=utf-8"
     )
-    response["Content-Disposition"] = f'attachment; filename="{name}.csv"'
-    return response
 
 
 def _bad_window(form) -> HttpResponseBadRequest:

@@ -3,7 +3,8 @@
 
 Seeds the demo and reports, per month, how far each export format and level is from the page
 (it must be nowhere) and the demo's busy hours and energy; then does the same for random months
-drawn by hypothesis. Prints one JSON line."""
+drawn by hypothesis; and fetches every download of the demo's latest month over HTTP
+(tests.downloads). Prints one JSON line."""
 
 import json
 import os
@@ -34,6 +35,7 @@ def main() -> None:
             "usage": demo_usage(period),
         }
 
+    downloads = demo_downloads()
     random_months = []
 
     @settings(max_examples=int(os.environ.get("RANDOM_MONTHS", "12")), deadline=None, database=None)
@@ -52,7 +54,31 @@ def main() -> None:
             transaction.set_rollback(True)
 
     random_month()
-    print(json.dumps({"vendor": connection.vendor, "demo": demo, "random": random_months}))
+    print(
+        json.dumps(
+            {
+                "vendor": connection.vendor,
+                "demo": demo,
+                "downloads": downloads,
+                "random": random_months,
+            }
+        )
+    )
+
+
+def demo_downloads() -> dict:
+    """Every download of the demo's latest month, as its platform admin gets them."""
+    from django.test import Client
+
+    from apps.billing.models import BillingPeriod
+    from apps.teams.models import Team, User
+    from tests.downloads import every_download
+
+    client = Client(HTTP_HOST="localhost", raise_request_exception=False)
+    client.force_login(User.objects.get(username="admin"))
+    latest = BillingPeriod.objects.order_by("-month").first()
+    teams = sorted(Team.objects.values_list("slug", flat=True))
+    return every_download(client, month=f"{latest.month:%Y-%m}", teams=teams)
 
 
 def demo_usage(period) -> dict:

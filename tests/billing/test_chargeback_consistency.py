@@ -1,6 +1,7 @@
 """Every export format and level equals the chargeback page to the cent, on PostgreSQL and on
 SQLite (the demo's database), for the demo's months and for random months; and no component of
-a line (held-idle, over-quota, energy cost) is ever negative or more than the line."""
+a line (held-idle, over-quota, energy cost) is ever negative or more than the line; and every
+download of the demo (chargeback formats, statements, efficiency CSVs) comes whole on both."""
 
 from decimal import Decimal
 
@@ -12,8 +13,9 @@ from hypothesis import strategies as st
 
 from apps.billing.exports import RunningRounder, cents
 from apps.billing.models import BillingPeriod
+from tests import downloads
 from tests.billing import reconcile
-from tests.billing.sqlite_chargeback import demo_usage
+from tests.billing.sqlite_chargeback import demo_downloads, demo_usage
 from tests.sqlite_runner import run_on_sqlite
 
 AMOUNTS = st.decimals(min_value=Decimal("-50"), max_value=Decimal("500"), places=10)
@@ -56,6 +58,9 @@ def test_demo_months_match_the_page_on_postgresql():
         for team, figures in usage.items():
             assert 0 < Decimal(figures["busy_gpu_hours"]) < Decimal(figures["gpu_hours"]), team
             assert Decimal(figures["energy_kwh"]) > 0, team
+    report = demo_downloads()
+    assert set(report) >= {"chargeback-xlsx", "statements-zip", "advice-csv", "jobs-nlp-csv"}
+    assert downloads.problems(report) == []
 
 
 @pytest.mark.django_db
@@ -88,6 +93,8 @@ def test_demo_and_random_months_match_the_page_on_sqlite(tmp_path, monkeypatch):
             assert Decimal(usage["busy_gpu_hours"]) > 0, (month, team)
             assert Decimal(usage["held_idle_gpu_hours"]) < Decimal(usage["gpu_hours"])
             assert Decimal(usage["energy_kwh"]) > 0, (month, team)
+    assert set(outcome["downloads"]) >= {"chargeback-xlsx", "statements-zip", "jobs-nlp-csv"}
+    assert downloads.problems(outcome["downloads"]) == []
     assert len(outcome["random"]) == 8
     for month in outcome["random"]:
         assert month["drift"] == {} and month["components"] == [], month["seed"]

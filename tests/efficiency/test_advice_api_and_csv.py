@@ -116,3 +116,22 @@ def test_page_shows_totals_items_and_empty_state(scenario, team_admin, outsider,
     page = client.get("/efficiency/").content.decode()
     assert f'data-item="job-{scenario.e.pk}"' in page and f"job-{scenario.a.pk}" not in page
     assert 'data-testid="digest-settings"' not in page  # a member switches nothing
+
+
+def test_team_jobs_csv_whose_query_fails_is_an_error_not_a_header_only_file(
+    scenario, member, monkeypatch
+):
+    from django.db import DatabaseError
+    from django.test import Client
+
+    from apps.efficiency import reports
+
+    def failing(**_):
+        raise DatabaseError("ORDER BY not allowed in subqueries of compound statements")
+
+    monkeypatch.setattr(reports, "job_figures", failing)
+    client = Client(raise_request_exception=False)
+    client.force_login(member)
+    response = client.get("/efficiency/teams/vision/jobs.csv")
+    assert response.status_code == 500
+    assert "attachment" not in response.get("Content-Disposition", "")
