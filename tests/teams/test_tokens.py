@@ -6,6 +6,7 @@ import re
 from datetime import timedelta
 
 import pytest
+from django.contrib.sessions.models import Session
 from django.core.cache import cache
 from django.test import Client, override_settings
 from django.utils import timezone
@@ -14,6 +15,7 @@ from rest_framework.authtoken.models import Token
 from apps.audit.models import AuditEvent
 from apps.teams.choices import ApiTokenScope
 from apps.teams.models import ApiToken
+from apps.teams.token_views import NEW_KEY_COOKIE, NEW_KEY_SESSION
 from tests.factories import UserFactory
 
 pytestmark = pytest.mark.django_db
@@ -60,6 +62,55 @@ def test_a_new_token_is_shown_once_and_only_its_digest_is_stored(member):
     assert key not in again
     assert "nightly-eval" in again and token.prefix in again
     assert api(key).status_code == 200
+
+
+def _session_store_text() -> str:
+    """Everything the session store holds, raw and decoded."""
+    return "\n".join(
+        f"{session.session_data}\n{session.get_decoded()}" for session in Session.objects.all()
+    )
+
+
+def test_a_new_key_never_sits_in_the_session_and_is_shown_once(member):
+    page = _page(member)
+    created = page.post(
+        "/teams/token/", {"name": "nightly-eval", "scope": "read", "expires_in_days": 30}
+    )
+    assert created.status_code == 302
+    # Between the create and the page that shows the key, the session store holds only the
+    # key XOR a pad that the browser holds: no trace of the key itself.
+    stored = _session_store_text()
+    assert Session.objects.exists() and NEW_KEY_SESSION in stored
+
+    shown = page.get(created["Location"])
+    [key] = re.findall(r'data-testid="api-token">([^<]+)<', shown.text)
+    assert api(key).status_code == 200
+    prefix = ApiToken.objects.get(user=member).prefix
+    for trace in (key, key[len(prefix) :], key.encode().hex()):
+        assert trace not in stored
+        assert trace not in _session_store_text()
+    assert NEW_KEY_SESSION not in _session_store_text()
+    assert "no-store" in shown["Cache-Control"]
+    assert shown.cookies[NEW_KEY_COOKIE].value == ""  # the browser's half is deleted too
+
+    again = page.get("/teams/token/")
+    assert again.status_code == 200 and "nightly-eval" in again.text
+    assert key not in again.text and 'data-testid="api-token"' not in again.text
+
+
+def test_a_lost_or_edited_pad_shows_no_key_and_no_error(member):
+    for pad in (None, "zz-not-hex", "00" * 5):
+        page = _page(member)
+        created = page.post(
+            "/teams/token/", {"name": f"t-{pad}", "scope": "read", "expires_in_days": 30}
+        )
+        if pad is None:
+            del page.cookies[NEW_KEY_COOKIE]
+        else:
+            page.cookies[NEW_KEY_COOKIE] = pad
+        shown = page.get(created["Location"])
+        assert shown.status_code == 200 and 'data-testid="api-token"' not in shown.text
+        assert NEW_KEY_SESSION not in _session_store_text()
 
 
 def test_a_user_has_several_named_tokens_and_names_are_unique_among_active_ones(member):
