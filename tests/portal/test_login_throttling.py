@@ -7,6 +7,7 @@ from datetime import timedelta
 import pytest
 from django.conf import settings
 from django.core.cache import cache
+from django.core.management import call_command
 from django.test import Client, override_settings
 from rest_framework.authtoken.models import Token
 
@@ -79,6 +80,19 @@ def test_a_lockout_is_audited_once(alice):
     assert event.after["username"] == "alice"
     assert event.after["failures"] == settings.AXES_FAILURE_LIMIT
     assert event.after["scope"] == "user"
+
+
+def test_a_lockout_after_an_unlock_is_audited_again(alice):
+    guess_until_locked()
+    call_command("axes_reset")  # a platform admin unlocks the login
+    client, response = log_in(TEST_PASSWORD)
+    assert response.status_code == 302 and logged_in(client)
+    guess_until_locked()
+    log_in("still-wrong")  # refused while locked: not a new lockout
+    call_command("axes_reset_username", "alice")
+    guess_until_locked()
+    events = AuditEvent.objects.filter(action=LOGIN_LOCKED_OUT).order_by("pk")
+    assert [(e.after["scope"], e.after["failures"]) for e in events] == [("user", 10)] * 3
 
 
 def test_a_lockout_of_an_unknown_username_is_audited_too():
@@ -177,6 +191,31 @@ def test_spraying_many_usernames_from_one_address_locks_the_address(alice):
     assert response.status_code == 302 and logged_in(client)
     [event] = AuditEvent.objects.filter(action=LOGIN_LOCKED_OUT)
     assert event.after["scope"] == "address" and event.after["ip_address"] == ATTACKER
+
+
+@override_settings(LOGIN_ADDRESS_FAILURE_LIMIT=20)
+def test_an_address_lockout_records_the_addresss_true_failure_count(alice):
+    for n in range(19):
+        log_in("wrong", username=f"typo{n}")
+    assert not AuditEvent.objects.filter(action=LOGIN_LOCKED_OUT).exists()
+    log_in("wrong", username="alice")
+    log_in(TEST_PASSWORD, username="alice")  # refused while locked: not a new lockout
+    [event] = AuditEvent.objects.filter(action=LOGIN_LOCKED_OUT)
+    assert event.after["scope"] == "address"
+    assert event.after["failures"] == 20  # not scaled onto the user limit of 10
+    assert event.reason == "Too many failed log-ins from this address"
+
+
+@override_settings(LOGIN_ADDRESS_FAILURE_LIMIT=20)
+def test_a_user_lockout_then_the_address_lockout_are_two_events(alice):
+    guess_until_locked()
+    for n in range(10):
+        log_in("wrong", username=f"typo{n}")
+    events = AuditEvent.objects.filter(action=LOGIN_LOCKED_OUT).order_by("pk")
+    assert [(e.after["scope"], e.after["failures"]) for e in events] == [
+        ("user", 10),
+        ("address", 20),
+    ]
 
 
 @override_settings(LOGIN_ADDRESS_FAILURE_LIMIT=20)
