@@ -1,35 +1,22 @@
-"""The API's parsers: JSON with bounded nesting; no NUL characters in JSON or form fields.
+"""The API's parsers: JSON with bounded nesting; only text PostgreSQL can store in JSON or form
+fields.
 
 Python's json module recurses once per nesting level: 50,000 nested arrays raise RecursionError
 (a 500), and a few hundred levels still reach serializers and JSON fields that recurse again.
-PostgreSQL cannot store "\u0000" in text or jsonb. Both are refused here as a 400.
+PostgreSQL cannot store "\\u0000" in text or jsonb, and a lone surrogate ("\\ud800", which JSON
+may spell) cannot even be encoded for it (portal.pg_text). All are refused here as a 400.
 """
 
 from django.conf import settings
 from rest_framework.exceptions import ParseError
 from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
 
-NUL = "\x00"
+from portal.pg_text import data_problem, text_problem
 
 
 def json_problem(data, *, max_depth: int) -> str:
-    """Why parsed JSON `data` is refused, or "" when it is fine. Iterative: a deep document
-    cannot overflow the stack here."""
-    stack = [(data, 1)]
-    while stack:
-        value, depth = stack.pop()
-        if isinstance(value, str):
-            if NUL in value:
-                return "Null characters are not allowed."
-        elif isinstance(value, dict | list):
-            if depth > max_depth:
-                return f"JSON nested deeper than {max_depth} levels is not accepted."
-            items = value.items() if isinstance(value, dict) else enumerate(value)
-            for key, item in items:
-                if isinstance(key, str) and NUL in key:
-                    return "Null characters are not allowed."
-                stack.append((item, depth + 1))
-    return ""
+    """Why parsed JSON `data` is refused, or "" when it is fine."""
+    return data_problem(data, max_depth=max_depth)
 
 
 class BoundedJSONParser(JSONParser):
@@ -50,8 +37,10 @@ def form_problem(data) -> str:
     """Why a parsed form (a QueryDict) is refused, or "" when it is fine. File contents are
     not checked: they are bytes, never stored as text."""
     for name, values in data.lists():
-        if NUL in name or any(isinstance(value, str) and NUL in value for value in values):
-            return "Null characters are not allowed."
+        for text in (name, *values):
+            problem = text_problem(text) if isinstance(text, str) else ""
+            if problem:
+                return problem
     return ""
 
 

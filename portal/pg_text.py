@@ -9,19 +9,24 @@ text that must be kept whatever it holds (a dead letter) is made storable by esc
 
 NUL = "\x00"
 NUL_MESSAGE = "Null characters are not allowed."
-SURROGATE_MESSAGE = "Unpaired surrogate characters are not allowed (text must be valid UTF-8)."
+SURROGATE_MESSAGE = "Unpaired surrogate characters are not allowed."
 
 
-def text_problem(text: str) -> str:
-    """Why `text` cannot be stored as it is, or "" when it can."""
+def text_problem(text: str, *, place: str = "") -> str:
+    """Why `text` cannot be stored as it is, or "" when it can; `place` says where it was
+    ("in cookies")."""
     if NUL in text:
-        return NUL_MESSAGE
-    if not text.isascii():
+        problem = NUL_MESSAGE
+    elif text.isascii():
+        return ""
+    else:
         try:
             text.encode("utf-8")
         except UnicodeEncodeError:
-            return SURROGATE_MESSAGE
-    return ""
+            problem = SURROGATE_MESSAGE
+        else:
+            return ""
+    return f"{problem.removesuffix('.')} {place}." if place else problem
 
 
 def data_problem(data, *, max_depth: int | None = None) -> str:
@@ -39,8 +44,8 @@ def data_problem(data, *, max_depth: int | None = None) -> str:
                 return f"JSON nested deeper than {max_depth} levels is not accepted."
             items = value.items() if isinstance(value, dict) else enumerate(value)
             for key, item in items:
-                if isinstance(key, str) and text_problem(key):
-                    return text_problem(key)
+                if isinstance(key, str):
+                    stack.append((key, depth))
                 stack.append((item, depth + 1))
     return ""
 

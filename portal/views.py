@@ -3,8 +3,9 @@
 import logging
 
 from django.db import connection
-from django.http import HttpResponse, JsonResponse
+from django.http import HttpResponse, HttpResponseServerError, JsonResponse
 from django.shortcuts import render
+from django.template import loader
 from django.views.decorators.cache import never_cache
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -12,6 +13,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from apps.fleet.selectors import fleet_summary
 from portal.celery import app as celery_app
 from portal.permissions import metrics_allowed
+from portal.request_limits import API_PREFIX, refusal
 
 logger = logging.getLogger(__name__)
 
@@ -135,8 +137,19 @@ def error_403(request, exception=None):
 
 
 def error_404(request, exception=None):
+    if request.path.startswith(API_PREFIX):
+        return refusal(request, 404, "not_found", "Not found.")
     return render(request, "404.html", status=404)
 
 
 def error_500(request):
-    return render(request, "500.html", status=500)
+    """Rendered without the request: what failed may be the session or the database itself,
+    and context processors would touch them again."""
+    if request.path.startswith(API_PREFIX):
+        return refusal(request, 500, "server_error", "A server error occurred; it was logged.")
+    try:
+        page = loader.get_template("500.html").render()
+    except Exception:  # noqa: BLE001 - the error page itself must not fail
+        logger.exception("the 500 page could not be rendered")
+        page = "Server error"
+    return HttpResponseServerError(page)

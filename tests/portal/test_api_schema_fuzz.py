@@ -21,6 +21,7 @@ MEMBER_EXAMPLES fuzzed examples per operation plus schemathesis' deterministic c
 refused before any input is read, so coverage cases would add time and nothing else).
 """
 
+import json
 from datetime import UTC, datetime, timedelta
 from urllib.parse import unquote, urlsplit
 
@@ -415,6 +416,28 @@ def test_nul_bytes_in_json_bodies_get_no_server_error(case, seeded):
     case.validate_response(response, checks=[not_a_server_error], headers=headers)
     if response.status_code >= 400:
         _assert_refused_in_envelope(case, response, UNDOCUMENTED_REFUSALS)
+
+
+def _with_surrogate(value):
+    return f"{value}\ud800" if isinstance(value, str) else value
+
+
+@member_schema.parametrize()
+@settings(max_examples=3, phases=[Phase.generate], **FUZZ_SETTINGS)
+def test_lone_surrogates_in_json_bodies_get_no_server_error(case, seeded):
+    """JSON may spell a lone surrogate ("\\ud800"), which PostgreSQL cannot take: wherever the
+    body is read it is refused as the client's mistake (portal.parsers)."""
+    if case.method.upper() not in BODY_METHODS or not isinstance(case.body, dict):
+        return
+    _steer(case, seeded)
+    body = {_with_surrogate(name): _with_surrogate(value) for name, value in case.body.items()}
+    headers = {"Authorization": f"Token {seeded['token']}", "Content-Type": "application/json"}
+    response = _call_in_savepoint(case, headers=headers, data=json.dumps(body).encode())
+    case.validate_response(response, checks=[not_a_server_error], headers=headers)
+    if response.status_code >= 400:
+        _assert_refused_in_envelope(case, response, UNDOCUMENTED_REFUSALS)
+    if response.status_code == 400 and body:
+        assert "surrogate" in response.json()["message"], response.text[:500]
 
 
 @member_schema.parametrize()

@@ -152,3 +152,134 @@ def test_json_problem_walks_deep_documents_without_recursing():
     assert "nested deeper than 32" in json_problem(deep, max_depth=32)
     assert json_problem({"a": [{"b": "ok"}]}, max_depth=3) == ""
     assert json_problem({"a": [{"b": "ok"}]}, max_depth=2) != ""
+
+
+# --- lone surrogates, NUL in cookies and headers, the error pages ----------------------------
+#
+# JSON may spell a lone UTF-16 surrogate ("\ud800"); Python decodes it, but it cannot be
+# encoded for PostgreSQL (or into a UTF-8 reply), so wherever it reached a query or an echoed
+# error message the answer was a 500. A NUL in the session cookie or a token did the same.
+
+SURROGATE = "\ud800"
+SURROGATE_BODIES = [
+    ("post", "/api/v1/jobs/", {"team": "vision", "argv": ["python", SURROGATE]}),
+    ("post", "/api/v1/jobs/", {"team": "vision", "argv": ["python"], "env": {"A": SURROGATE}}),
+    ("post", "/api/v1/jobs/", {"team": "vision", "argv": ["python"], "env": {SURROGATE: "1"}}),
+    ("patch", "/api/v1/teams/vision/members/alice/", {"role": SURROGATE}),
+    ("post", "/api/v1/budgets/", {"team": "vision", "amount": "10", "enforcement": SURROGATE}),
+    ("delete", "/api/v1/teams/vision/members/", {"username": SURROGATE}),
+    ("post", "/api/v1/reservations/", {"team": "vision", "purpose": f"ablation {SURROGATE}"}),
+    ("post", "/api/v1/teams/vision/members/", {"username": SURROGATE, "role": "member"}),
+    ("post", "/api/v1/adjustments/", {"team": "vision", "memo": SURROGATE}),
+]
+
+
+def _writes():
+    from apps.billing.models import Budget
+    from apps.jobs.models import Job
+    from apps.reservations.models import Reservation
+    from apps.teams.models import Membership
+
+    return (
+        Job.objects.count(),
+        Budget.objects.count(),
+        Reservation.objects.count(),
+        sorted(Membership.objects.values_list("user__username", "role")),
+    )
+
+
+@override_settings(DEBUG=False)
+@pytest.mark.parametrize(("method", "url", "payload"), SURROGATE_BODIES)
+def test_a_lone_surrogate_in_a_json_body_is_400_and_writes_nothing(
+    as_admin, member, method, url, payload
+):
+    before = _writes()
+    # json.dumps writes the surrogate as the escape "\ud800", as a hostile client would.
+    response = getattr(as_admin, method)(url, json.dumps(payload), content_type="application/json")
+    body = assert_envelope(response, 400, "parse_error")
+    assert body["message"] == "Unpaired surrogate characters are not allowed."
+    assert _writes() == before
+
+
+def test_json_problem_finds_surrogates_and_nul_in_keys_and_values():
+    assert json_problem({"a": [{"b": SURROGATE}]}, max_depth=5) != ""
+    assert json_problem({SURROGATE: 1}, max_depth=5) != ""
+    assert json_problem({f"k{NUL}": 1}, max_depth=5) == "Null characters are not allowed."
+    assert json_problem({"a": ["\U0001f600 paired is fine", "é"]}, max_depth=5) == ""
+
+
+@override_settings(DEBUG=False)
+@pytest.mark.parametrize("url", ["/", "/jobs/", "/reservations/", "/api/v1/gpus/", "/healthz"])
+def test_nul_in_the_session_cookie_is_400_and_the_cookie_is_dropped(client, member, url):
+    client.raise_request_exception = False
+    client.force_login(member)
+    client.cookies[settings.SESSION_COOKIE_NAME] = f"{client.session.session_key}{NUL}"
+    response = client.get(url)
+    assert response.status_code == 400
+    if url.startswith("/api/"):
+        assert_envelope(response, 400, "invalid")
+        assert response.json()["detail"] == {
+            settings.SESSION_COOKIE_NAME: ["Null characters are not allowed."]
+        }
+    else:
+        assert response.content == b"Null characters are not allowed in cookies."
+    assert response.cookies[settings.SESSION_COOKIE_NAME]["max-age"] == 0
+
+
+@override_settings(DEBUG=False)
+@pytest.mark.parametrize("token", [f"abc{NUL}def", NUL, f"{'a' * 40}{NUL}"])
+def test_nul_in_an_api_token_is_400_not_500(client, token):
+    client.raise_request_exception = False
+    response = client.get("/api/v1/gpus/", HTTP_AUTHORIZATION=f"Token {token}")
+    body = assert_envelope(response, 400, "invalid")
+    assert body["detail"] == {"Authorization": ["Null characters are not allowed."]}
+
+
+@override_settings(DEBUG=False)
+def test_nul_in_the_user_agent_of_a_failed_login_is_400_and_records_nothing(client, member):
+    from axes.models import AccessAttempt
+
+    client.raise_request_exception = False
+    response = client.post(
+        "/login/", {"username": "alice", "password": "wrong"}, HTTP_USER_AGENT=f"curl{NUL}"
+    )
+    assert response.status_code == 400
+    assert not AccessAttempt.objects.exists()
+
+
+def test_the_500_page_renders_whatever_the_session_holds(rf, member):
+    """The 500 handler used to render with the request, so its context processors read the
+    session again: a session the database refused made the error page fail too."""
+    from django.contrib.auth.middleware import get_user
+    from django.contrib.sessions.backends.db import SessionStore
+    from django.utils.functional import SimpleLazyObject
+
+    from portal.views import error_500
+
+    for path in ("/jobs/", "/api/v1/jobs/"):
+        request = rf.get(path)
+        request.session = SessionStore(session_key=f"abcdefghijkl{NUL}mnop")
+        request.user = SimpleLazyObject(lambda request=request: get_user(request))
+        response = error_500(request)
+        assert response.status_code == 500
+        if path.startswith("/api/"):
+            assert json.loads(response.content)["code"] == "server_error"
+        else:
+            assert b"Something went wrong" in response.content
+
+
+@override_settings(DEBUG=False)
+@pytest.mark.parametrize("method", ["get", "post", "delete"])
+@pytest.mark.parametrize("url", ["/api/v1/no-such-thing/", "/api/v1/teams/vision/nonsense/x/"])
+def test_an_unknown_api_path_is_404_in_the_error_envelope(as_admin, method, url):
+    body = assert_envelope(getattr(as_admin, method)(url), 404, "not_found")
+    assert body["message"] == "Not found."
+
+
+@override_settings(DEBUG=False)
+def test_an_unknown_page_is_still_the_html_404_page(client, member):
+    client.force_login(member)
+    response = client.get("/no-such-page/")
+    assert response.status_code == 404
+    assert response["Content-Type"].startswith("text/html")
+    assert b"404" in response.content
