@@ -42,6 +42,18 @@ class PolicyRefusal(ApplicationError):
     status_code = status.HTTP_403_FORBIDDEN
 
 
+class ServiceUnavailable(drf_exceptions.APIException):
+    """A service the request needs is down: 503 with Retry-After (DRF sends `wait` as it)."""
+
+    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+    default_detail = "The service is briefly unavailable; try again shortly."
+    default_code = "unavailable"
+
+    def __init__(self, detail: str | None = None, *, wait: int = 30) -> None:
+        super().__init__(detail)
+        self.wait = wait
+
+
 def _body(code: str, message: str, detail: Any = None) -> dict:
     return {"code": code, "message": message, "detail": detail or {}}
 

@@ -4,12 +4,25 @@ DRF's SimpleRateThrottle reads a history list, appends and writes it back: two p
 racing on one key both pass. Here each window is one counter that the cache increments
 atomically (Redis INCR), so N concurrent requests across any number of workers let exactly
 `limit` through.
+
+When the cache does not answer (Redis down or paused; the cache's socket timeouts bound the
+wait), `hit` and `exceeded` raise CacheUnavailable and the caller decides: the API fails open
+for reads and closed for writes (portal.authentication, portal.throttling).
 """
 
 import time
 from dataclasses import dataclass
 
 from django.core.cache import cache
+from redis.exceptions import RedisError
+
+# What the cache raises when its server is unreachable or too slow.
+CACHE_ERRORS = (RedisError, OSError)
+
+
+class CacheUnavailable(Exception):
+    """The shared cache did not answer; the counter could not be read or counted."""
+
 
 PERIODS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -36,18 +49,24 @@ def window(key: str, rate: Rate, *, now: float | None = None) -> tuple[str, floa
 def hit(key: str, rate: Rate) -> tuple[bool, float]:
     """Count one request against `key`; (allowed, seconds until the window ends)."""
     counter, remaining = window(key, rate)
-    # add() is a no-op when the key exists; the timeout outlives the window so a slow request
-    # cannot find its counter gone between add and incr.
-    cache.add(counter, 0, timeout=rate.seconds + 5)
     try:
-        count = cache.incr(counter)
-    except ValueError:  # evicted between add and incr
-        cache.add(counter, 1, timeout=rate.seconds + 5)
-        count = 1
+        # add() is a no-op when the key exists; the timeout outlives the window so a slow
+        # request cannot find its counter gone between add and incr.
+        cache.add(counter, 0, timeout=rate.seconds + 5)
+        try:
+            count = cache.incr(counter)
+        except ValueError:  # evicted between add and incr
+            cache.add(counter, 1, timeout=rate.seconds + 5)
+            count = 1
+    except CACHE_ERRORS as error:
+        raise CacheUnavailable(str(error)) from error
     return count <= rate.limit, remaining
 
 
 def exceeded(key: str, rate: Rate) -> tuple[bool, float]:
     """Whether `key` has used up the current window, without counting."""
     counter, remaining = window(key, rate)
-    return (cache.get(counter) or 0) >= rate.limit, remaining
+    try:
+        return (cache.get(counter) or 0) >= rate.limit, remaining
+    except CACHE_ERRORS as error:
+        raise CacheUnavailable(str(error)) from error

@@ -225,12 +225,17 @@ if not PASSWORD_LOGIN_ENABLED:
 # --- Cache ----------------------------------------------------------------------------------
 # Throttles and login lockouts count in the cache, so every web process must share it: Redis
 # when REDIS_URL is set (production), a per-process memory cache for the embedded demo.
+# A cache that does not answer within half a second counts as down (API reads go on, writes
+# get 503 with Retry-After, /healthz names it) instead of holding the request (redis-py waits
+# forever by default, e.g. on a paused server).
 REDIS_URL = env.str("REDIS_URL", default="")
+REDIS_CACHE_OPTIONS = {"socket_connect_timeout": 0.5, "socket_timeout": 0.5}
 CACHES = {
     "default": {
         "BACKEND": "django.core.cache.backends.redis.RedisCache",
         "LOCATION": REDIS_URL,
         "KEY_PREFIX": "portal",
+        "OPTIONS": REDIS_CACHE_OPTIONS,
     }
     if REDIS_URL
     else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}

@@ -4,11 +4,15 @@ Agents run as `python -m workers.agent` with no database settings at all (nodes 
 credentials), on the test's Redis broker."""
 
 import os
+import signal
+import socket
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
+import redis
 from django.conf import settings
 from django.db import connection
 
@@ -86,3 +90,39 @@ def stop(process: subprocess.Popen) -> None:
         process.wait(timeout=20)
     except subprocess.TimeoutExpired:
         process.kill()
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on now (the OS picks it)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextmanager
+def redis_server(directory: Path):
+    """A Redis server of the test's own on a free port, so a test can pause (SIGSTOP) or kill
+    it without touching the shared one. Yields (process, url)."""
+    port = free_port()
+    process = subprocess.Popen(
+        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", ""]
+        + ["--appendonly", "no", "--dir", str(directory)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"redis://127.0.0.1:{port}/0"
+    client = redis.Redis.from_url(url, socket_timeout=1)
+
+    def answers() -> bool:
+        try:
+            return bool(client.ping())
+        except redis.RedisError:
+            return False
+
+    try:
+        assert wait_for(answers, timeout=20, every=0.1), "redis-server did not start"
+        yield process, url
+    finally:
+        if process.poll() is None:
+            os.kill(process.pid, signal.SIGCONT)  # a paused server cannot handle SIGTERM
+            stop(process)

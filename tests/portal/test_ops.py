@@ -17,10 +17,13 @@ RANDOM_KEY = secrets.token_urlsafe(50)
 
 
 @pytest.mark.django_db
-def test_healthz_reports_database_and_broker_ok(client):
+def test_healthz_reports_database_broker_and_cache_ok(client):
     response = client.get("/healthz")
     assert response.status_code == 200
-    assert response.json() == {"status": "ok", "checks": {"database": "ok", "broker": "ok"}}
+    assert response.json() == {
+        "status": "ok",
+        "checks": {"database": "ok", "broker": "ok", "cache": "ok"},
+    }
 
 
 @pytest.mark.django_db

@@ -2,7 +2,6 @@
 throttle counts in the shared cache (Redis in production) with an atomic increment."""
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -19,6 +18,7 @@ from django.test import override_settings
 from rest_framework.authtoken.models import Token
 
 from tests.factories import UserFactory
+from tests.processes import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 LIMIT = 5
@@ -46,12 +46,6 @@ def test_writes_over_the_limit_are_429_in_the_envelope_and_reads_are_not_counted
     assert refused.json()["code"] == "throttled"
     assert 0 < int(refused["Retry-After"]) <= 60
     cache.clear()
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _wait_until_serving(url: str, process: subprocess.Popen, timeout: float = 60) -> None:
@@ -83,7 +77,7 @@ def test_the_write_limit_holds_across_two_gunicorn_workers(transactional_db, tmp
         f"postgres://{db['USER'] or 'postgres'}@{db['HOST'] or '127.0.0.1'}:"
         f"{db['PORT'] or 5432}/{db['NAME']}"
     )
-    port = _free_port()
+    port = free_port()
     access_log = tmp_path / "access.log"
     env = {
         **os.environ,
