@@ -68,7 +68,9 @@ def _text_refusal(request):
     if refused:
         return refusal(request, 400, "invalid", _first(refused, "in query parameters"), refused)
     # A token is looked up in the database, a user agent stored with a failed login.
-    refused = unstorable_fields((name, [value]) for name, value in request.headers.items())
+    # (Cookies are checked one by one below, so that the bad ones can be dropped.)
+    headers = ((name, [value]) for name, value in request.headers.items() if name != "Cookie")
+    refused = unstorable_fields(headers)
     if refused:
         return refusal(request, 400, "invalid", _first(refused, "in headers"), refused)
     refused = unstorable_fields((name, [value]) for name, value in request.COOKIES.items())

@@ -34,6 +34,7 @@ from apps.teams.permissions import is_platform_admin
 from portal import hooks
 from portal.exceptions import ConflictError, PolicyRefusal
 from portal.formatting import format_count
+from portal.pg_text import storable, text_problem
 
 logger = logging.getLogger(__name__)
 
@@ -298,6 +299,8 @@ def job_report(*, report: dict, now: datetime | None = None) -> str:
         job_id = int(report["job_id"])
         attempt = int(report.get("attempt", 1))
         event = str(report["event"])
+        if isinstance(report.get("node"), str) and text_problem(report["node"]):
+            raise ValueError("a node name PostgreSQL cannot store")
     except (KeyError, TypeError, ValueError):
         logger.warning("ignored malformed job report %r", report)
         return "ignored"
@@ -333,7 +336,8 @@ def job_report(*, report: dict, now: datetime | None = None) -> str:
             )
             return "ignored"
         if "log_tail" in report and isinstance(report["log_tail"], str):
-            job.log_tail = report["log_tail"][-LOG_TAIL_CHARS:]
+            # A program's output may hold NUL bytes, which PostgreSQL text refuses: escaped.
+            job.log_tail = storable(report["log_tail"][-LOG_TAIL_CHARS:])
         if event == "started":
             if job.status != JobStatus.DISPATCHED:
                 job.save(update_fields=["log_tail"])

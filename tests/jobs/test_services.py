@@ -167,6 +167,20 @@ def test_finished_report_closes_allocations(member, team, h100, quotas, sent):
     assert job.status == JobStatus.SUCCEEDED
 
 
+def test_a_log_tail_postgresql_cannot_store_is_kept_escaped_and_the_job_finishes(
+    member, team, h100, quotas, sent
+):
+    """A program that prints a NUL byte made the finished report fail to store, so the job
+    never finished; a node name with one is a malformed report, ignored."""
+    job = _running_job(member, team, h100, sent)
+    report = {"job_id": job.pk, "attempt": 1, "event": "finished", "exit_code": 0}
+    assert services.job_report(report={**report, "node": "h100-a\x00"}) == "ignored"
+    services.job_report(report={**report, "log_tail": "step 9\x00 loss \udcff"})
+    job.refresh_from_db()
+    assert job.status == JobStatus.SUCCEEDED
+    assert job.log_tail == "step 9\\x00 loss \\udcff"
+
+
 def test_failed_exit_code(member, team, h100, quotas, sent):
     job = _running_job(member, team, h100, sent)
     services.job_report(

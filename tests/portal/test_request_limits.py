@@ -227,6 +227,16 @@ def test_nul_in_the_session_cookie_is_400_and_the_cookie_is_dropped(client, memb
 
 
 @override_settings(DEBUG=False)
+def test_a_raw_nul_byte_in_the_cookie_header_is_400_and_the_cookie_is_dropped(client):
+    client.raise_request_exception = False
+    response = client.get("/jobs/", HTTP_COOKIE=f"csrftoken=abc; sessionid=abcdefghij{NUL}klmn")
+    assert response.status_code == 400
+    assert response.content == b"Null characters are not allowed in cookies."
+    assert response.cookies["sessionid"]["max-age"] == 0
+    assert "csrftoken" not in response.cookies  # the good one is kept
+
+
+@override_settings(DEBUG=False)
 @pytest.mark.parametrize("token", [f"abc{NUL}def", NUL, f"{'a' * 40}{NUL}"])
 def test_nul_in_an_api_token_is_400_not_500(client, token):
     client.raise_request_exception = False
