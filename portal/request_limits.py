@@ -60,7 +60,7 @@ def _first(refused: dict[str, list[str]], place: str) -> str:
 
 
 def _text_refusal(request):
-    """A 400 for unstorable text in the path, query or cookies, or None."""
+    """A 400 for unstorable text in the path, query, headers or cookies, or None."""
     problem = text_problem(request.path, place="in the URL")
     if problem:
         return refusal(request, 400, "invalid", problem)
