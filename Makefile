@@ -7,11 +7,13 @@ DEMO_PORT ?= 8000
 DEMO_PASSWORD ?= demo
 export DEMO_PASSWORD
 
-.PHONY: demo test lint format clean-demo help
+.PHONY: demo test soak lint format clean-demo help
 
 help:
 	@echo "make demo   - run the portal with SQLite, an embedded broker and a simulated fleet"
 	@echo "make test   - run the full test suite on local PostgreSQL and Redis"
+	@echo "make soak   - the production stack under load and faults, then its invariants"
+	@echo "              (SOAK_SECONDS=600; needs local PostgreSQL and redis-server)"
 	@echo "make lint   - ruff check, format check and the app layers (import-linter)"
 
 $(VENV)/bin/python:
@@ -46,6 +48,10 @@ demo: $(VENV)/.installed-runtime
 
 test: $(VENV)/.installed-test
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+SOAK_SECONDS ?= 600
+soak: $(VENV)/.installed-test
+	$(PY) -m bench.soak --seconds $(SOAK_SECONDS)
 
 lint: $(VENV)/.installed-test
 	$(VENV)/bin/ruff check .
