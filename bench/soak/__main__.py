@@ -141,7 +141,7 @@ class Stack:
             "web",
             [python, "-m", "gunicorn", "portal.wsgi:application", "--bind", self.base_url[7:]]
             + ["--workers", "2", "--threads", "4", "--worker-class", "gthread"]
-            + ["--timeout", "120", "--log-level", "warning"],
+            + ["--timeout", "120", "--log-level", "info"],
             self.portal_env,
         )
         self.start_worker()
@@ -363,13 +363,21 @@ class Client(threading.Thread):
 
         from bench.soak.invariants import Answer
 
+        at = time.strftime("%H:%M:%S")
         try:
             response = self.http.request(method, self.base_url + path, timeout=30, **kwargs)
         except requests.RequestException as error:
-            self.answers.append(Answer(route, 0, error=f"{type(error).__name__}: {error}"[:300]))
+            self.answers.append(
+                Answer(route, 0, error=f"{type(error).__name__}: {error}"[:300], at=at)
+            )
             return None
         self.answers.append(
-            Answer(route, response.status_code, retry_after="Retry-After" in response.headers)
+            Answer(
+                route,
+                response.status_code,
+                retry_after="Retry-After" in response.headers,
+                at=at,
+            )
         )
         return response
 

@@ -73,18 +73,30 @@ def allocations_overlap() -> Check:
     """No GPU in two job allocations (other job or other attempt) over overlapping time."""
     broken = _rows(
         """
-        SELECT a.gpu_id, a.job_id, a.attempt, b.job_id, b.attempt
+        SELECT a.gpu_id, a.job_id, a.attempt, ja.status, a.start, a."end", a.released_at,
+               b.job_id, b.attempt, jb.status, b.start, b."end", b.released_at
         FROM jobs_joballocation a JOIN jobs_joballocation b
           ON a.gpu_id = b.gpu_id AND a.id < b.id
          AND (a.job_id, a.attempt) <> (b.job_id, b.attempt)
          AND a.start < coalesce(b.released_at, now()) AND b.start < coalesce(a.released_at, now())
+        JOIN jobs_job ja ON ja.id = a.job_id
+        JOIN jobs_job jb ON jb.id = b.job_id
         """
     )
     checked = _count("SELECT count(*) FROM jobs_joballocation")
     examples = [
-        f"gpu {g}: job {j1} attempt {a1} and job {j2} attempt {a2}" for g, j1, a1, j2, a2 in broken
+        f"gpu {row[0]}: {_allocation(*row[1:7])} and {_allocation(*row[7:])}" for row in broken
     ]
     return _check("no GPU in two overlapping job allocations", checked, examples)
+
+
+def _allocation(job, attempt, status, start, end, released) -> str:
+    def at(moment):
+        return f"{moment:%H:%M:%S}" if moment else "-"
+
+    return (
+        f"job {job}/{attempt} ({status}) from {at(start)} ended {at(end)} released {at(released)}"
+    )
 
 
 def allocations_in_foreign_bookings() -> Check:
@@ -268,16 +280,17 @@ class Answer:
     status: int
     retry_after: bool = False
     error: str = ""
+    at: str = ""  # when it was sent, HH:MM:SS
 
 
 def server_errors(answers: list[Answer]) -> list[Check]:
     """No 5xx except 503 with Retry-After; every request answered."""
     errors = [
-        f"{a.route}: {a.status}"
+        f"{a.at} {a.route}: {a.status}"
         for a in answers
         if a.status >= 500 and not (a.status == 503 and a.retry_after)
     ]
-    unanswered = [f"{a.route}: {a.error}" for a in answers if a.status == 0]
+    unanswered = [f"{a.at} {a.route}: {a.error}" for a in answers if a.status == 0]
     return [
         _check("no 5xx but 503 with Retry-After", len(answers), errors),
         _check("every request answered", len(answers), unanswered),
