@@ -135,6 +135,14 @@ class Stack:
         except (OSError, ValueError):
             return None
 
+    def web_answers(self) -> bool:
+        import requests
+
+        try:
+            return requests.get(f"{self.base_url}/healthz", timeout=5).status_code == 200
+        except requests.RequestException:
+            return False
+
     def start_portal(self) -> None:
         python = sys.executable
         self._start(
@@ -481,8 +489,8 @@ def soak(args) -> int:
         def nodes_up() -> bool:
             return Node.objects.filter(status=NodeStatus.UP).count() == len(NODES)
 
-        if not wait(nodes_up, 120):
-            raise SystemExit("the nodes did not come up")
+        if not wait(nodes_up, 120) or not wait(stack.web_answers, 60):
+            raise SystemExit("the nodes or the web server did not come up")
         stop_event = threading.Event()
         clients = [
             Client(team, key, models, stack.base_url, folder / "runs", stop_event)

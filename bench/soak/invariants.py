@@ -92,7 +92,7 @@ def allocations_overlap() -> Check:
 
 def _allocation(job, attempt, status, start, end, released) -> str:
     def at(moment):
-        return f"{moment:%H:%M:%S}" if moment else "-"
+        return f"{moment:%H:%M:%S.%f}"[:-3] if moment else "-"
 
     return (
         f"job {job}/{attempt} ({status}) from {at(start)} ended {at(end)} released {at(released)}"
