@@ -11,10 +11,16 @@
     portal's loss-free drain (LMOVE into a registered processing list) vs kombu's own consumer
     (`basic_get` + ack, the earlier path, which can lose a batch to a SIGKILL), both storing the
     same batches through telemetry_ingest_many. Shows what crash safety costs.
+(e) big backlog: max-size batches (10,000 samples each; --backlog of them, 40 by default) queued
+    on Redis, drained run after run by telemetry_drain with its sample budget
+    (TELEMETRY_DRAIN_MAX_SAMPLES) until the queue is empty, vs one raw psycopg COPY of the same
+    rows. Prints samples/s of both, their ratio, the longest run, and what that rate means for
+    the largest backlog agents can leave (2,000 batches of 10,000): runs and seconds per run,
+    against the drain task's 60 s hard limit.
 (c) rollups: one hour of raw samples of 1,000 GPUs at 15 s (240,000 rows), rollup_minutes and
     rollup_hours vs one plain GROUP BY (gpu_id, minute) over the same rows. Target: < 5 s.
 
-Run: .venv/bin/python bench/telemetry.py [--only a|b|c] [--minutes 3]
+Run: .venv/bin/python bench/telemetry.py [--only a|b|c|d|e] [--minutes 3] [--backlog 40]
 Uses its own PostgreSQL database (portal_bench_telemetry, dropped and rebuilt; --database-url
 to change) and its own Redis database (redis://127.0.0.1:6379/13, flushed; --redis-url).
 
@@ -924,7 +930,7 @@ def bench_drain(nodes: int = 250, polls: int = 8, per_node: int = 8) -> None:
     results = {}
     for name, run in (
         ("portal drain (LMOVE, loss-free)", lambda: drain.telemetry_drain(max_batches=500)),
-        ("kombu basic_get + ack (baseline)", lambda: drain._drain_with_kombu(500)),
+        ("kombu basic_get + ack (baseline)", lambda: drain._drain_with_kombu(500, 10**9)),
     ):
         seconds, stored = timed(run)
         assert stored == total, (name, stored, total)
@@ -934,12 +940,95 @@ def bench_drain(nodes: int = 250, polls: int = 8, per_node: int = 8) -> None:
     print(f"  ratio (portal / baseline) time: {portal / baseline:.2f}")
 
 
+# --- (e) big backlog, drained by a sample budget ----------------------------------------------
+
+MAX_BATCH_SAMPLES = 10_000  # ingest's MAX_SAMPLES_PER_BATCH
+MAX_BACKLOG_BATCHES = 2_000  # a full agent buffer's worth of max-size batches
+
+
+def bench_backlog(messages: int = 40, nodes: int = 2) -> None:
+    from django.conf import settings
+
+    from apps.telemetry import drain
+    from portal.celery import app
+
+    reset_tables()
+    fleet = make_fleet("big", nodes, MAX_BATCH_SAMPLES)
+    analyze()
+    gpu_ids = {uuid: pk for _, gpus in fleet for pk, uuid in gpus}
+    rng = random.Random(5)
+    energy: dict = {}
+    polls = -(-messages // nodes)
+    start = time.time() - polls * POLL_SECONDS
+    batches = [
+        b
+        for r in range(polls)
+        for b in make_batches(fleet, start + r * POLL_SECONDS, r + 1, rng, energy)
+    ][:messages]
+    total = sum(len(b["samples"]) for b in batches)
+    budget = settings.TELEMETRY_DRAIN_MAX_SAMPLES
+    print(
+        f"\n(e) big backlog: {len(batches)} batches of {MAX_BATCH_SAMPLES:,} samples "
+        f"({total:,}) queued on Redis; sample budget per drain {budget:,}"
+    )
+    truncate_samples()
+    for payload in batches:
+        app.send_task("telemetry.ingest", args=[payload], queue=settings.TELEMETRY_QUEUE)
+    runs = []
+    t0 = time.perf_counter()
+    while True:
+        t_run = time.perf_counter()
+        result = drain.telemetry_drain()
+        if not result["batches"]:
+            break
+        runs.append((time.perf_counter() - t_run, result["stored"]))
+    portal_s = time.perf_counter() - t0
+    stored = sum(n for _, n in runs)
+    assert stored == total, (stored, total)
+
+    rows = rows_of(batches, gpu_ids)
+    truncate_samples()
+    conn = raw_connection()
+    try:
+        t0 = time.perf_counter()
+        with conn.transaction(), conn.cursor() as cur, cur.copy(COPY_SQL) as copy:
+            for row in rows:
+                copy.write_row(row)
+        copy_s = time.perf_counter() - t0
+    finally:
+        conn.close()
+    truncate_samples()
+
+    portal_rate, copy_rate = total / portal_s, total / copy_s
+    longest = max(seconds for seconds, _ in runs)
+    print(
+        f"  {'portal drain, sample budget':36s} {portal_s:7.2f} s   {portal_rate:9,.0f} samples/s"
+    )
+    print(
+        f"  {'raw COPY of the rows (baseline)':36s} {copy_s:7.2f} s   {copy_rate:9,.0f} samples/s"
+    )
+    print(f"  ratio (portal / baseline) samples/s: {portal_rate / copy_rate:.2f}")
+    print(
+        f"  {len(runs)} drain runs, {max(n for _, n in runs):,} samples at most, "
+        f"longest {longest:.2f} s"
+    )
+    biggest = MAX_BACKLOG_BATCHES * MAX_BATCH_SAMPLES
+    per_run = min(biggest, budget + MAX_BATCH_SAMPLES)
+    print(
+        f"  max-size backlog ({MAX_BACKLOG_BATCHES:,} x {MAX_BATCH_SAMPLES:,} = {biggest:,}) at "
+        f"this rate: {biggest / portal_rate:.0f} s in all; one run bounded by messages only "
+        f"would take it all in one ({biggest / portal_rate:.0f} s, hard limit 60 s); bounded by "
+        f"samples: {-(-biggest // per_run)} runs of about {per_run / portal_rate:.1f} s"
+    )
+
+
 # --- main ------------------------------------------------------------------------------------
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--only", choices=("a", "b", "c", "d"), help="run one part")
+    parser.add_argument("--only", choices=("a", "b", "c", "d", "e"), help="run one part")
+    parser.add_argument("--backlog", type=int, default=40, help="(e) max-size batches queued")
     parser.add_argument("--minutes", type=float, default=3.0, help="(b) how long to poll")
     parser.add_argument("--gpus", type=int, default=1000, help="(b) simulated GPUs")
     parser.add_argument("--agent-mode", choices=("nodes", "processes"), default="nodes")
@@ -978,6 +1067,8 @@ def main() -> None:
         bench_rollups()
     if args.only in (None, "d"):
         bench_drain()
+    if args.only in (None, "e"):
+        bench_backlog(args.backlog)
     print(f"\ntotal {time.perf_counter() - t0:.0f} s")
 
 

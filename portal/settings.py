@@ -433,6 +433,12 @@ IDLE_NO_SHOW_MINUTES = env.int("IDLE_NO_SHOW_MINUTES", default=30)
 TELEMETRY_QUEUE = env.str("TELEMETRY_QUEUE", default="telemetry")
 TELEMETRY_DRAIN_SECONDS = env.float("TELEMETRY_DRAIN_SECONDS", default=2.0)
 TELEMETRY_DRAIN_MAX_BATCHES = env.int("TELEMETRY_DRAIN_MAX_BATCHES", default=2000)
+# Samples one drain takes at most (plus the rest of the batch that reaches it): a backlog of big
+# batches drains over several runs, each well inside the drain's 60 s limit (bench/telemetry.py e).
+TELEMETRY_DRAIN_MAX_SAMPLES = env.int("TELEMETRY_DRAIN_MAX_SAMPLES", default=400_000)
+# No drain finished for this long: the portal was deaf (broker paused, worker down), so node
+# health is not judged until the drain has run unbroken for a whole silence window again.
+TELEMETRY_DRAIN_STALE_SECONDS = env.float("TELEMETRY_DRAIN_STALE_SECONDS", default=20.0)
 # A drain registered longer ago than this is dead (its task's hard limit is 60 s): its messages
 # go back to the queue. Must stay above that limit.
 TELEMETRY_DRAIN_RECOVERY_SECONDS = env.int("TELEMETRY_DRAIN_RECOVERY_SECONDS", default=90)

@@ -133,3 +133,24 @@ def quotas(team, other_team, h100):
         Quota.objects.create(team=team, gpu_model=h100, guaranteed=4, limit=12),
         Quota.objects.create(team=other_team, gpu_model=h100, guaranteed=8, limit=16),
     ]
+
+
+@pytest.fixture
+def drain_listening(db):
+    """The telemetry drain has run without a break for an hour and is caught up: node health
+    may judge (set `now` older to judge in the past)."""
+    from apps.telemetry.models import DrainHeartbeat
+
+    def listening(now=None):
+        now = now or timezone.now()
+        DrainHeartbeat.objects.update_or_create(
+            pk=1,
+            defaults={
+                "listening_since": now - timedelta(hours=1),
+                "last_run_at": now,
+                "backlog": False,
+            },
+        )
+
+    listening()
+    return listening

@@ -198,8 +198,9 @@ def maintenance_cancel(*, window: MaintenanceWindow, actor) -> None:
 def node_set_reachable(*, node: Node, reachable: bool, reason: str, now: datetime | None = None):
     """An `up` node that went silent becomes `unreachable` (its GPUs leave the pool, and the
     `node.lost` event lets higher layers react: jobs requeues what ran there); an unreachable
-    node that reports again is `up`. Drained and retired nodes keep their state. The caller
-    holds the node's row lock. Returns True if the state changed."""
+    node that reports again is `up` (`node.back`: jobs kills what it stopped there meanwhile).
+    Drained and retired nodes keep their state. The caller holds the node's row lock. Returns
+    True if the state changed."""
     before, after = (
         (NodeStatus.UNREACHABLE, NodeStatus.UP)
         if reachable
@@ -209,8 +210,7 @@ def node_set_reachable(*, node: Node, reachable: bool, reason: str, now: datetim
         return False
     action = "node.up" if reachable else "node.unreachable"
     _change(node, "status", after, action=action, actor=None, reason=reason)
-    if not reachable:
-        hooks.emit("node.lost", node=node, now=now or timezone.now())
+    hooks.emit("node.back" if reachable else "node.lost", node=node, now=now or timezone.now())
     return True
 
 

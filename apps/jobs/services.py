@@ -425,7 +425,10 @@ def _requeue(job: Job, *, now: datetime, reason: str, counted: bool = True) -> N
 
 def jobs_requeue_for_node(*, node: Node, now: datetime | None = None) -> list[int]:
     """The node is unreachable: requeue the jobs on it (max JOBS_MAX_REQUEUES, then failed).
-    Their allocations end now, so the lost attempt is billed only up to now."""
+    Their allocations end now, so the lost attempt is billed only up to now. The node may
+    still run them (a broker pause, a network split): each gets a kill, delivered when the node
+    listens again, and their GPUs there stay out of the pool until the node confirms the
+    process gone (`release_allocations`), so no later attempt shares them with this one."""
     now = now or timezone.now()
     job_ids = set(
         JobAllocation.objects.filter(gpu__node=node, end__isnull=True).values_list(
@@ -438,24 +441,38 @@ def jobs_requeue_for_node(*, node: Node, now: datetime | None = None) -> list[in
             pk__in=job_ids, status__in=(*ACTIVE_STATUSES, JobStatus.PREEMPTED)
         )
         for job in jobs:
-            others = [h for h in _job_hostnames(job) if h != node.hostname]
-            if others and job.status in ACTIVE_STATUSES:
-                # A gang that lost a node: the whole job stops, requeued once.
+            hostnames = _job_hostnames(job)
+            if len(hostnames) > 1 and job.status in ACTIVE_STATUSES:
+                # A gang that lost a node: the whole job stops (every node killed), requeued once.
                 _gang_broken(job, now=now, reason=f"node {node.hostname} unreachable")
                 done.append(job.pk)
                 continue
-            if others:
-                _kill_on_commit(job, others, settings.JOBS_KILL_GRACE_SECONDS)
+            _kill_on_commit(job, hostnames or [node.hostname], settings.JOBS_KILL_GRACE_SECONDS)
             _requeue(job, now=now, reason=f"node {node.hostname} unreachable")
             done.append(job.pk)
-        # The lost node cannot confirm anything; its GPUs are out of the pool until it reports
-        # again, and a kill queued for it is delivered first when it does.
-        JobAllocation.objects.filter(
-            gpu__node=node, end__isnull=False, released_at__isnull=True
-        ).update(released_at=now)
         if done:
             trigger_schedule()
     return done
+
+
+def jobs_kill_stale_attempts(*, node: Node, now: datetime | None = None) -> list[tuple[int, int]]:
+    """The node reports again after it was lost: every attempt the portal stopped there whose
+    end the node has not confirmed gets its kill again (the first may have been lost with the
+    broker's queue). The agent kills it, or answers that it does not run it; either way its
+    report frees the GPUs. Returns the (job, attempt) pairs."""
+    stale = list(
+        JobAllocation.objects.filter(gpu__node=node, end__isnull=False, released_at__isnull=True)
+        .order_by("job_id", "attempt")
+        .values_list("job_id", "attempt")
+        .distinct()
+    )
+    for job_id, attempt in stale:
+        send_agent_task(
+            "agent.kill", node.hostname, job_id, attempt, settings.JOBS_KILL_GRACE_SECONDS
+        )
+    if stale:
+        logger.warning("node %s is back: killing stopped attempts %s", node.hostname, stale)
+    return stale
 
 
 def jobs_expire_stale(*, now: datetime | None = None) -> dict[str, list[int]]:
@@ -542,5 +559,6 @@ __all__ = [
     "job_preempt",
     "job_report",
     "job_submit",
+    "jobs_kill_stale_attempts",
     "jobs_requeue_for_node",
 ]

@@ -27,9 +27,11 @@ import uuid
 from queue import Empty
 
 from django.conf import settings
+from django.utils import timezone
 from kombu.serialization import loads as kombu_loads
 
 from apps.telemetry.ingest import telemetry_ingest_many
+from apps.telemetry.services import drain_heartbeat_record
 
 logger = logging.getLogger(__name__)
 
@@ -40,32 +42,83 @@ def processing_registry() -> str:
     return f"{settings.TELEMETRY_QUEUE}.processing"
 
 
-def telemetry_drain(*, max_batches: int | None = None) -> dict[str, int]:
-    """Take up to `max_batches` queued batches and store them in one transaction
-    (telemetry_ingest_many), then forget them. A message that cannot be decoded or stored is
+def telemetry_drain(
+    *, max_batches: int | None = None, max_samples: int | None = None
+) -> dict[str, int]:
+    """Take queued batches, oldest first, until `max_batches` or until they hold `max_samples`
+    samples (the batch that reaches it is taken whole; defaults TELEMETRY_DRAIN_MAX_BATCHES and
+    TELEMETRY_DRAIN_MAX_SAMPLES), store them in one transaction (telemetry_ingest_many), then
+    forget them. The sample budget keeps one run inside the task's time limit however big the
+    batches; the rest waits for the next run. A message that cannot be decoded or stored is
     parked as a dead letter by ingest; only a lost database connection raises, and then every
-    message taken goes back to the queue."""
+    message taken goes back to the queue. Each run is recorded for node health
+    (`drain_heartbeat_record`)."""
+    started = timezone.now()
     max_batches = max_batches or settings.TELEMETRY_DRAIN_MAX_BATCHES
+    max_samples = max_samples or settings.TELEMETRY_DRAIN_MAX_SAMPLES
     client = _redis_client()
     if client is None:
-        return _drain_with_kombu(max_batches)
+        return _drain_with_kombu(max_batches, max_samples, started=started)
     recovered = recover_abandoned(client)
     queue = settings.TELEMETRY_QUEUE
     processing = f"{processing_registry()}.{uuid.uuid4().hex}"
     client.zadd(processing_registry(), {processing: time.time()})
-    pipe = client.pipeline(transaction=False)
-    for _ in range(max_batches):
-        pipe.lmove(queue, processing, "RIGHT", "LEFT")
-    raw = [message for message in pipe.execute() if message is not None]
+    batches, emptied = _take(client, queue, processing, max_batches, max_samples)
     try:
-        results = telemetry_ingest_many(batches=[_batch_from_raw(m) for m in raw]) if raw else []
+        results = telemetry_ingest_many(batches=batches) if batches else []
     except Exception:
         _give_back(client, processing, queue)
         raise
     client.pipeline(transaction=True).delete(processing).zrem(
         processing_registry(), processing
     ).execute()
+    # Other drains' lists (running, or dead and not yet recovered) hold batches too.
+    in_flight = client.zcard(processing_registry())
+    drain_heartbeat_record(
+        started=started, finished=timezone.now(), backlog=not emptied or in_flight > 0
+    )
     return _summary(results, recovered)
+
+
+TAKE_FIRST = 16  # messages taken in the first round trip, before their size is known
+TAKE_MOST = 500
+
+
+def _take(client, queue: str, processing: str, max_batches: int, max_samples: int):
+    """Move messages into `processing` (round trips of several LMOVEs, sized by the batches
+    seen so far) until the limits; messages taken past the sample budget go straight back to
+    the consuming end, oldest first. Returns the decoded batches and whether the queue ran
+    empty."""
+    batches: list = []
+    samples = 0
+    while len(batches) < max_batches and samples < max_samples:
+        want = TAKE_FIRST
+        if batches:
+            per_batch = max(1, samples // len(batches))
+            want = min(TAKE_MOST, -(-(max_samples - samples) // per_batch))
+        want = min(want, max_batches - len(batches))
+        pipe = client.pipeline(transaction=False)
+        for _ in range(want):
+            pipe.lmove(queue, processing, "RIGHT", "LEFT")
+        chunk = [message for message in pipe.execute() if message is not None]
+        for index, raw in enumerate(chunk):
+            if samples >= max_samples:
+                # The newest taken sit at the processing list's head: back, newest first.
+                for _ in range(len(chunk) - index):
+                    client.lmove(processing, queue, "LEFT", "RIGHT")
+                return batches, False
+            batch = _batch_from_raw(raw)
+            batches.append(batch)
+            samples += _samples_in(batch)
+        if len(chunk) < want:
+            return batches, True
+    return batches, False
+
+
+def _samples_in(batch) -> int:
+    """What a batch costs to store, counted in samples (anything else counts as one)."""
+    samples = batch.get("samples") if isinstance(batch, dict) else None
+    return max(1, len(samples)) if isinstance(samples, list) else 1
 
 
 def recover_abandoned(client, *, older_than: float | None = None) -> int:
@@ -140,25 +193,28 @@ def _batch_from_body(headers: dict, body):
     return body
 
 
-def _drain_with_kombu(max_batches: int) -> dict[str, int]:
-    """Brokers other than Redis: take messages through kombu, ack them after the commit,
-    requeue them all if the database is lost."""
+def _drain_with_kombu(max_batches: int, max_samples: int, *, started=None) -> dict[str, int]:
+    """Brokers other than Redis: take messages through kombu (within the same limits), ack
+    them after the commit, requeue them all if the database is lost."""
     from portal.celery import app
 
     messages, batches = [], []
+    samples, emptied = 0, False
     with app.connection_for_read() as conn:
         queue = conn.SimpleQueue(settings.TELEMETRY_QUEUE, no_ack=False)
         try:
-            while len(messages) < max_batches:
+            while len(messages) < max_batches and samples < max_samples:
                 try:
                     message = queue.get(block=False)
                 except Empty:
+                    emptied = True
                     break
                 messages.append(message)
                 try:
                     batches.append(_batch_from_body(message.headers, message.decode()))
                 except Exception:  # noqa: BLE001 - undecodable: counted malformed by ingest
                     batches.append(None)
+                samples += _samples_in(batches[-1])
             results = telemetry_ingest_many(batches=batches) if batches else []
         except Exception:
             for message in messages:
@@ -167,4 +223,7 @@ def _drain_with_kombu(max_batches: int) -> dict[str, int]:
         for message in messages:
             message.ack()
         queue.close()
+    drain_heartbeat_record(
+        started=started or timezone.now(), finished=timezone.now(), backlog=not emptied
+    )
     return _summary(results)

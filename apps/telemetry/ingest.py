@@ -16,11 +16,13 @@ from datetime import UTC, datetime, timedelta
 import psycopg
 from django.conf import settings
 from django.db import IntegrityError, InterfaceError, OperationalError, connection, transaction
+from django.db.models import Case, DateTimeField, F, Q, Value, When
 from django.utils import timezone
 
 from apps.fleet.choices import GpuHealth, NodeStatus
 from apps.fleet.models import Gpu, Node
 from apps.fleet.services import gpu_set_health
+from apps.fleet.transitions import node_silence
 from apps.telemetry.models import IngestBatch, TelemetryDeadLetter
 from apps.telemetry.rollups import late_rollups_note
 from apps.telemetry.services import counter_add, node_reported_again
@@ -318,19 +320,44 @@ def _well_formed(batches, results) -> list[tuple]:
                 result.duplicate_batch = True
                 counter_add("batches_duplicate")
             continue
-        valid.append((result, batch["node"], batch["seq"], batch["samples"]))
+        valid.append((result, batch["node"], batch["seq"], batch["samples"], _sent_at(batch)))
     return valid
+
+
+def _sent_at(batch: dict) -> float | None:
+    """When the agent sent the batch, by its own clock: its `sent_at`, or (agents that do not
+    stamp batches) its newest sample's time; None if it holds neither."""
+    stamp = batch.get("sent_at")
+    if type(stamp) in _NUMBER and math.isfinite(stamp):
+        return stamp
+    times = [
+        x["ts"]
+        for x in batch["samples"]
+        if type(x) is dict and type(x.get("ts")) in _NUMBER and math.isfinite(x["ts"])
+    ]
+    return max(times, default=None)
+
+
+def _agent_stamps(valid: list[tuple], now: datetime) -> dict[str, datetime]:
+    """The latest time each node's agent sent one of these batches, never past `now` (a clock
+    ahead of the portal's must not keep a node alive)."""
+    latest = now.timestamp()
+    stamps: dict[str, float] = {}
+    for _, hostname, _, _, sent in valid:
+        sent = latest if sent is None else min(max(sent, 0.0), latest)
+        stamps[hostname] = max(sent, stamps.get(hostname, sent))
+    return {hostname: datetime.fromtimestamp(ts, tz=UTC) for hostname, ts in stamps.items()}
 
 
 def _prepare(valid: list[tuple], now: datetime) -> list[tuple]:
     """(result, node, seq, gpus, rows, health) of the batches of known nodes."""
-    node_ids = _nodes_seen({hostname for _, hostname, _, _ in valid}, now)
+    node_ids = _nodes_seen(_agent_stamps(valid, now), now)
     now_mono = time.monotonic()
     stale = [n for n in node_ids.values() if _gpu_maps.get(n, (0,))[0] <= now_mono]
     if stale:
         _load_gpu_maps(stale)
     prepared = []
-    for result, hostname, seq, samples in valid:
+    for result, hostname, seq, samples, _ in valid:
         node_id = node_ids.get(hostname)
         if node_id is None:
             result.reject("unknown_node", max(1, len(samples)))
@@ -454,23 +481,30 @@ def store_samples(rows: list[tuple]) -> int:
     return insert_ignoring_duplicates(SAMPLE_TABLE, SAMPLE_COLUMNS, rows, conflict=SAMPLE_KEY)
 
 
-def _nodes_seen(hostnames: set[str], now: datetime) -> dict[str, int]:
-    """Stamp the nodes as heard from (one statement); bring back up any that were unreachable.
-    Returns their ids by hostname; unknown nodes are missing."""
-    names = sorted(hostnames)  # a fixed order: concurrent drains lock rows alike
-    placeholders = ", ".join(["%s"] * len(names))
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"UPDATE fleet_node SET last_seen = %s WHERE hostname IN ({placeholders}) "  # noqa: S608
-            "RETURNING id, hostname, status",
-            [now, *names],
+def _nodes_seen(stamps: dict[str, datetime], now: datetime) -> dict[str, int]:
+    """Record when each node's agent last sent (its own stamp; a late batch never moves it
+    back) and bring back up any unreachable node whose agent sent within the silence window:
+    a batch that waited in the queue since before the node was lost proves nothing about now.
+    Returns the nodes' ids by hostname; unknown nodes are missing."""
+    names = sorted(stamps)
+    sent = Case(
+        *(When(hostname=name, then=Value(stamps[name])) for name in names),
+        output_field=DateTimeField(),
+    )
+    nodes = Node.objects.filter(hostname__in=names)
+    nodes.update(
+        last_seen=Case(
+            When(Q(last_seen__isnull=True) | Q(last_seen__lt=sent), then=sent),
+            default=F("last_seen"),
         )
-        found = cursor.fetchall()
-    for node_id, _, status in found:
-        if status == NodeStatus.UNREACHABLE:
+    )
+    found = list(nodes.order_by().values_list("id", "hostname", "status", "last_seen"))
+    fresh = now - node_silence()
+    for node_id, _, status, last_seen in found:
+        if status == NodeStatus.UNREACHABLE and last_seen >= fresh:
             node = Node.objects.select_for_update().get(pk=node_id)
             node_reported_again(node)
-    return {hostname: node_id for node_id, hostname, _ in found}
+    return {hostname: node_id for node_id, hostname, _, _ in found}
 
 
 def _apply_health(gpus: dict, reported: dict) -> None:

@@ -81,6 +81,25 @@ class TelemetryCounter(models.Model):
         return f"{self.name}{{{self.reason}}} = {self.value}"
 
 
+class DrainHeartbeat(models.Model):
+    """When the telemetry drain last ran, and since when it has run without a break (one row).
+
+    Node health reads it before it judges: a node's batches may sit in the queue (the broker
+    was paused, the drain is behind or was down), and silence the portal could not have heard
+    proves nothing about the node."""
+
+    listening_since = models.DateTimeField(
+        help_text="Start of the drain's current unbroken run (no gap over the stale limit)."
+    )
+    last_run_at = models.DateTimeField(help_text="When the last drain finished.")
+    backlog = models.BooleanField(
+        default=False, help_text="The last drain left batches in the queue (or in flight)."
+    )
+
+    def __str__(self) -> str:
+        return f"drain listening since {self.listening_since:%Y-%m-%d %H:%M:%S}"
+
+
 class RollupBase(models.Model):
     gpu = models.ForeignKey("fleet.Gpu", on_delete=models.CASCADE, related_name="+")
     bucket = models.DateTimeField(help_text="Start of the minute or hour.")

@@ -9,14 +9,22 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F, Sum
+from django.db.models import Case, F, Sum, Value, When
+from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from apps.audit.services import audit_record
 from apps.fleet.choices import NodeStatus
 from apps.fleet.models import Gpu, GpuModel, Node
 from apps.fleet.services import node_set_reachable
-from apps.telemetry.models import GpuSample, IngestBatch, TelemetryCounter, TelemetryDeadLetter
+from apps.fleet.transitions import node_silence
+from apps.telemetry.models import (
+    DrainHeartbeat,
+    GpuSample,
+    IngestBatch,
+    TelemetryCounter,
+    TelemetryDeadLetter,
+)
 from portal.formatting import format_when
 
 logger = logging.getLogger(__name__)
@@ -115,22 +123,67 @@ def node_reported_again(node: Node) -> None:
 
 
 # --- node health -----------------------------------------------------------------------------
+# A node is judged by when its agent sent (the agent's own stamp, `Node.last_seen`), and only
+# while the portal has been able to hear it: batches wait in the broker's queue until a drain
+# stores them, so silence during a broker pause, a drain outage or a backlog is the portal's.
+
+HEARTBEAT = 1  # the one DrainHeartbeat row
+
+
+def drain_heartbeat_record(*, started: datetime, finished: datetime, backlog: bool) -> None:
+    """A drain ran from `started` to `finished`; `backlog`: it left batches queued or in
+    flight. A drain after a gap longer than TELEMETRY_DRAIN_STALE_SECONDS starts a new
+    unbroken run: the portal was deaf during the gap."""
+    gap = started - timedelta(seconds=settings.TELEMETRY_DRAIN_STALE_SECONDS)
+    updated = DrainHeartbeat.objects.filter(pk=HEARTBEAT).update(
+        listening_since=Case(
+            When(last_run_at__lt=gap, then=Value(started)), default=F("listening_since")
+        ),
+        last_run_at=Greatest(F("last_run_at"), Value(finished)),
+        backlog=backlog,
+    )
+    if not updated:
+        DrainHeartbeat.objects.bulk_create(
+            [
+                DrainHeartbeat(
+                    pk=HEARTBEAT, listening_since=started, last_run_at=finished, backlog=backlog
+                )
+            ],
+            ignore_conflicts=True,
+        )
+
+
+def node_health_withheld(now: datetime) -> str:
+    """Why node health may not be judged now (empty if it may): the drain has not run lately,
+    batches are still queued, or it has not run unbroken for a whole silence window."""
+    heartbeat = DrainHeartbeat.objects.filter(pk=HEARTBEAT).first()
+    if heartbeat is None:
+        return "the telemetry drain has not run yet"
+    if heartbeat.last_run_at < now - timedelta(seconds=settings.TELEMETRY_DRAIN_STALE_SECONDS):
+        return f"the telemetry drain has not run since {format_when(heartbeat.last_run_at)}"
+    if heartbeat.backlog:
+        return "agents' batches are still queued"
+    if heartbeat.listening_since > now - node_silence():
+        return f"the telemetry drain runs again only since {format_when(heartbeat.listening_since)}"
+    return ""
 
 
 def nodes_mark_unreachable(*, now: datetime | None = None) -> list[str]:
-    """Nodes silent for TELEMETRY_MISSED_POLLS_UNREACHABLE polls become unreachable: their GPUs
-    leave the schedulable pool until the agent reports again."""
+    """Nodes whose agent sent nothing for TELEMETRY_MISSED_POLLS_UNREACHABLE polls become
+    unreachable: their GPUs leave the schedulable pool until the agent reports again. No
+    verdict while their batches may still wait in the queue (`node_health_withheld`)."""
     now = now or timezone.now()
-    silence = timedelta(
-        seconds=settings.TELEMETRY_POLL_SECONDS * settings.TELEMETRY_MISSED_POLLS_UNREACHABLE
-    )
+    withheld = node_health_withheld(now)
+    if withheld:
+        logger.info("node health not judged: %s", withheld)
+        return []
     marked = []
     with transaction.atomic():
         stale = Node.objects.select_for_update(skip_locked=True).filter(
-            status=NodeStatus.UP, last_seen__lt=now - silence
+            status=NodeStatus.UP, last_seen__lt=now - node_silence()
         )
         for node in stale:
-            reason = f"no telemetry since {format_when(node.last_seen)}"
+            reason = f"no telemetry sent since {format_when(node.last_seen)}"
             if node_set_reachable(node=node, reachable=False, reason=reason, now=now):
                 marked.append(node.hostname)
     return marked

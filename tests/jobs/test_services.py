@@ -253,7 +253,9 @@ def test_node_lost_requeues_then_fails_after_max(member, team, h100, quotas, sen
     assert len(allocs) == 6 and all(a.end is not None for a in allocs)
 
 
-def test_telemetry_unreachable_requeues_jobs(member, team, h100, quotas, sent, settings):
+def test_telemetry_unreachable_requeues_jobs(
+    member, team, h100, quotas, sent, settings, drain_listening
+):
     from apps.telemetry.services import nodes_mark_unreachable
 
     job = _running_job(member, team, h100, sent)

@@ -1,7 +1,9 @@
 import pytest
+from django.conf import settings
 from django.utils import timezone
 
 from apps.fleet.models import Gpu
+from portal.celery import app
 
 
 @pytest.fixture
@@ -32,3 +34,17 @@ def batch(seq, samples, node="h100-a"):
 @pytest.fixture
 def now():
     return timezone.now().replace(microsecond=0)
+
+
+@pytest.fixture
+def telemetry_queue():
+    """Send like an agent does; leave the queue empty afterwards."""
+    with app.connection_for_write() as conn:
+        conn.SimpleQueue(settings.TELEMETRY_QUEUE).clear()
+
+    def send(payload):
+        app.send_task("telemetry.ingest", args=[payload], queue=settings.TELEMETRY_QUEUE)
+
+    yield send
+    with app.connection_for_write() as conn:
+        conn.SimpleQueue(settings.TELEMETRY_QUEUE).clear()

@@ -10,20 +10,6 @@ from portal.celery import app
 from tests.telemetry.conftest import batch, sample
 
 
-@pytest.fixture
-def telemetry_queue():
-    """Send like an agent does; leave the queue empty afterwards."""
-    with app.connection_for_write() as conn:
-        conn.SimpleQueue(settings.TELEMETRY_QUEUE).clear()
-
-    def send(payload):
-        app.send_task("telemetry.ingest", args=[payload], queue=settings.TELEMETRY_QUEUE)
-
-    yield send
-    with app.connection_for_write() as conn:
-        conn.SimpleQueue(settings.TELEMETRY_QUEUE).clear()
-
-
 @pytest.mark.django_db(transaction=True)
 def test_drain_stores_queued_batches_and_acks_them(fleet, now, telemetry_queue):
     from apps.fleet.models import Gpu
@@ -100,3 +86,51 @@ def test_undecodable_message_is_counted_not_requeued_forever(fleet, telemetry_qu
     assert telemetry_drain()["batches"] == 1
     assert telemetry_drain()["batches"] == 0
     assert TelemetryCounter.objects.get(name="samples_rejected", reason="malformed").value == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_drain_takes_a_sample_budget_and_leaves_the_rest_queued_in_order(
+    fleet, now, telemetry_queue, settings
+):
+    from apps.fleet.models import Gpu
+
+    settings.TELEMETRY_DRAIN_MAX_SAMPLES = 20
+    uuids = list(Gpu.objects.filter(node__hostname="h100-a").values_list("uuid", flat=True))
+    for seq in range(1, 8):
+        telemetry_queue(batch(seq, [sample(u, now.timestamp() + seq) for u in uuids]))
+
+    def seqs():
+        return list(IngestBatch.objects.order_by("seq").values_list("seq", flat=True))
+
+    # 8 samples a batch: the third reaches the budget and is taken whole.
+    assert telemetry_drain() == {"batches": 3, "stored": 24, "duplicates": 0}
+    assert seqs() == [1, 2, 3]
+    assert telemetry_drain()["stored"] == 24
+    assert seqs() == [1, 2, 3, 4, 5, 6]
+    assert telemetry_drain() == {"batches": 1, "stored": 8, "duplicates": 0}
+    assert telemetry_drain()["batches"] == 0
+    assert GpuSample.objects.count() == 56
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_batch_bigger_than_the_budget_is_drained_alone(fleet, now, telemetry_queue):
+    from apps.fleet.models import Gpu
+
+    uuid = Gpu.objects.filter(node__hostname="h100-a").first().uuid
+    telemetry_queue(batch(1, [sample(uuid, now.timestamp() - i) for i in range(30)]))
+    telemetry_queue(batch(2, [sample(uuid, now.timestamp() + 1)]))
+    assert telemetry_drain(max_samples=10) == {"batches": 1, "stored": 30, "duplicates": 0}
+    assert telemetry_drain(max_samples=10) == {"batches": 1, "stored": 1, "duplicates": 0}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_kombu_drain_keeps_the_sample_budget_too(fleet, now, telemetry_queue):
+    from apps.fleet.models import Gpu
+    from apps.telemetry.drain import _drain_with_kombu
+
+    uuids = list(Gpu.objects.filter(node__hostname="h100-a").values_list("uuid", flat=True))
+    for seq in range(1, 5):
+        telemetry_queue(batch(seq, [sample(u, now.timestamp() + seq) for u in uuids]))
+    assert _drain_with_kombu(100, 10)["stored"] == 16
+    assert _drain_with_kombu(100, 10)["stored"] == 16
+    assert _drain_with_kombu(100, 10)["batches"] == 0

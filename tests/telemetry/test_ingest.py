@@ -110,7 +110,9 @@ def test_lost_gpu_leaves_the_pool_and_comes_back_audited(node_gpus, now):
     ]
 
 
-def test_silent_node_turns_unreachable_then_up_on_next_batch(node_gpus, now, settings):
+def test_silent_node_turns_unreachable_then_up_on_next_batch(
+    node_gpus, now, settings, drain_listening
+):
     from datetime import timedelta
 
     settings.TELEMETRY_POLL_SECONDS = 15

@@ -64,6 +64,9 @@ class Agent:
         batch: dict[str, Any] = {
             "node": self.hostname,
             "seq": self._seq,
+            # The agent's clock: node health judges by when it sent, not when the portal
+            # stored it (a buffered batch may wait in the queue long after).
+            "sent_at": time.time(),
             "samples": self.reader.sample(),
             "dropped_batches": self.dropped,
         }
