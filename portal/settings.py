@@ -435,7 +435,7 @@ TELEMETRY_DRAIN_SECONDS = env.float("TELEMETRY_DRAIN_SECONDS", default=2.0)
 TELEMETRY_DRAIN_MAX_BATCHES = env.int("TELEMETRY_DRAIN_MAX_BATCHES", default=2000)
 # Samples one drain takes at most (plus the rest of the batch that reaches it): a backlog of big
 # batches drains over several runs, each well inside the drain's 60 s limit (bench/telemetry.py e).
-TELEMETRY_DRAIN_MAX_SAMPLES = env.int("TELEMETRY_DRAIN_MAX_SAMPLES", default=400_000)
+TELEMETRY_DRAIN_MAX_SAMPLES = env.int("TELEMETRY_DRAIN_MAX_SAMPLES", default=200_000)
 # No drain finished for this long: the portal was deaf (broker paused, worker down), so node
 # health is not judged until the drain has run unbroken for a whole silence window again.
 TELEMETRY_DRAIN_STALE_SECONDS = env.float("TELEMETRY_DRAIN_STALE_SECONDS", default=20.0)
