@@ -15,6 +15,7 @@ def main() -> None:
     from django.db import connection
     from django.utils import timezone
 
+    from apps.fleet.models import Node
     from apps.telemetry.idle import idle_intervals_update
     from apps.telemetry.ingest import telemetry_ingest
     from apps.telemetry.models import (
@@ -25,7 +26,12 @@ def main() -> None:
     )
     from apps.telemetry.rollups import rollup_hours, rollup_minutes
     from apps.telemetry.selectors import team_model_totals
-    from apps.telemetry.services import node_register
+    from apps.telemetry.services import (
+        drain_heartbeat_record,
+        node_health_withheld,
+        node_register,
+        nodes_mark_unreachable,
+    )
     from workers.agent.agent import Agent
     from workers.agent.backends import make_reader
 
@@ -50,6 +56,16 @@ def main() -> None:
     minutes = rollup_minutes(start=now - timedelta(minutes=5), end=now + timedelta(minutes=1))
     hours = rollup_hours(start=now - timedelta(minutes=5), end=now + timedelta(minutes=1))
     idle_intervals_update(now=now + timedelta(minutes=1))
+    # Node health on SQLite: the agent's stamp is last_seen; judged once the drain has listened.
+    last_seen = Node.objects.get().last_seen.timestamp()
+    last_seen_is_agent_stamp = abs(last_seen - batches[-1]["sent_at"]) < 0.001
+    drain_heartbeat_record(
+        started=now - timedelta(hours=1), finished=now + timedelta(minutes=1), backlog=False
+    )
+    unreachable = nodes_mark_unreachable(now=now + timedelta(minutes=1))
+    later = now + timedelta(minutes=10)
+    drain_heartbeat_record(started=later, finished=later, backlog=False)  # after a gap
+    withheld_after_gap = bool(node_health_withheld(later))
     totals = team_model_totals(
         start=now - timedelta(hours=2), end=now + timedelta(hours=1), unallocated=True
     )
@@ -69,6 +85,9 @@ def main() -> None:
                 "team_model_gpu_hours": sum(
                     TeamModelHourRollup.objects.values_list("gpu_hours", flat=True)
                 ),
+                "last_seen_is_agent_stamp": last_seen_is_agent_stamp,
+                "withheld_after_gap": withheld_after_gap,
+                "unreachable": unreachable,
                 "totals": [(t["gpu_hours"], t["signal"], t["sm_active_avg"]) for t in totals],
             }
         )

@@ -17,6 +17,8 @@ def test_ingest_rollups_and_idle_work_on_sqlite(tmp_path):
     # are written with the hour rollups on SQLite too
     assert outcome["gpm_samples"] == 4 * 5
     assert outcome["team_model_gpu_hours"] == outcome["hour_rows"]
+    assert outcome["last_seen_is_agent_stamp"] and outcome["withheld_after_gap"]
+    assert outcome["unreachable"] == ["sqlite-node"]
     ((gpu_hours, signal, sm_active),) = outcome["totals"]
     assert gpu_hours == outcome["hour_rows"] and signal == "sm_active"
     assert sm_active == pytest.approx(0.85 * 92, abs=0.5)  # "busy" profile
