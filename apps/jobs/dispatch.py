@@ -18,6 +18,7 @@ from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
 from django.db import connection, transaction
+from django.db.models import Max
 from django.utils import timezone
 
 from apps.fleet.models import Gpu
@@ -265,6 +266,15 @@ def _apply(decision: Decision, *, now: datetime, result: CycleResult) -> None:
     gpus = Gpu.objects.select_related("node").in_bulk(
         [g for p in decision.placements for g in p.gpu_ids]
     )
+    # A stop that committed after this cycle read its clock (a cancel, a finish report)
+    # released its GPUs later than `now`: their next allocation starts at that release, so
+    # the GPU's allocations never overlap.
+    released = dict(
+        JobAllocation.objects.filter(gpu_id__in=gpus, released_at__gt=now)
+        .values("gpu_id")
+        .annotate(last=Max("released_at"))
+        .values_list("gpu_id", "last")
+    )
     for placement in decision.placements:
         job = waiting.get(placement.job_id)
         chosen = [gpus[g] for g in placement.gpu_ids if g in gpus]
@@ -272,9 +282,10 @@ def _apply(decision: Decision, *, now: datetime, result: CycleResult) -> None:
             logger.warning("skipped stale placement of job %s", placement.job_id)
             continue
         busy |= set(placement.gpu_ids)
+        start = max([now, *(released[g] for g in placement.gpu_ids if g in released)])
         JobAllocation.objects.bulk_create(
             JobAllocation(
-                job=job, gpu=gpu, attempt=job.attempt, start=now, over_quota=placement.over_quota
+                job=job, gpu=gpu, attempt=job.attempt, start=start, over_quota=placement.over_quota
             )
             for gpu in chosen
         )
@@ -285,7 +296,7 @@ def _apply(decision: Decision, *, now: datetime, result: CycleResult) -> None:
         hostnames = [primary] + sorted(h for h in by_node if h != primary)
         job.status = JobStatus.DISPATCHED
         job.node = by_node[primary][0].node
-        job.dispatched_at = now
+        job.dispatched_at = start
         job.started_at = None
         job.pending_reason = job.pending_message = ""
         job.estimated_start = None

@@ -111,6 +111,36 @@ def test_stale_placement_on_busy_gpu_is_skipped(member, team, h100, sent, monkey
     assert JobAllocation.objects.filter(end__isnull=True).count() == 2
 
 
+def test_a_gpu_released_after_the_cycle_read_its_clock_is_allocated_from_its_release(
+    member, team, h100, sent, monkeypatch
+):
+    """A cancel that commits while a cycle runs releases its GPUs at the cancel's time, later
+    than the clock the cycle read when it began: the next allocation of those GPUs starts at
+    the release, so no GPU is ever in two overlapping allocations."""
+    cycle_clock = timezone.now()
+    released = cycle_clock + timedelta(milliseconds=40)
+    gpus = _gpu_ids("h100-a", 2)
+    cancelled = _submit(member, team, gpu_model=h100)
+    for gpu_id in gpus:
+        JobAllocation.objects.create(
+            job=cancelled, gpu_id=gpu_id, start=cycle_clock - timedelta(seconds=10),
+            end=released, released_at=released,
+        )  # fmt: skip
+    Job.objects.filter(pk=cancelled.pk).update(status=JobStatus.CANCELLED, finished_at=released)
+    waiting = _submit(member, team, gpu_model=h100)
+    monkeypatch.setattr(
+        dispatch,
+        "run_scheduler",
+        lambda state: Decision(placements=[Placement(waiting.pk, gpus, False)]),
+    )
+
+    assert dispatch.schedule_cycle(now=cycle_clock).placed == [waiting.pk]
+
+    starts = set(JobAllocation.objects.filter(job=waiting).values_list("start", flat=True))
+    assert starts == {released}
+    assert Job.objects.get(pk=waiting.pk).dispatched_at == released
+
+
 def test_preemption_kills_and_requeues_after_stop(
     member, team, outsider, other_team, h100, sent, monkeypatch, django_capture_on_commit_callbacks
 ):
