@@ -229,7 +229,8 @@ class BudgetViewSet(
     viewsets.GenericViewSet,
 ):
     """Team budgets per month with their alerts and burn-down. Members read their teams';
-    finance and platform admins read all and set them (POST replaces that team's month)."""
+    finance and platform admins read all and set them (POST replaces that team's month), for
+    any open month up to 12 months ahead: a `block` budget refuses bookings in its month."""
 
     serializer_class = BudgetSerializer
     permission_classes = [BillingAdminWrites]
@@ -244,7 +245,9 @@ class BudgetViewSet(
 
     def perform_create(self, serializer):
         data = serializer.validated_data
-        month = parse_period(data["period"], now=timezone.now())
+        month = parse_period(
+            data["period"], now=timezone.now(), months_ahead=services.BUDGET_MONTHS_AHEAD
+        )
         serializer.instance = services.budget_set(
             actor=self.request.user,
             team=data["team"],

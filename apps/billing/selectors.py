@@ -187,17 +187,19 @@ def projected_booking_cost(*, gpu_model, count: int, start: datetime, end: datet
 
 
 def booked_cost(*, team, period: BillingPeriod, now: datetime) -> Decimal:
-    """What the team's bookings will cost from now to the end of the period (not yet metered)."""
-    _, period_end = month_bounds(period.month)
+    """What the team's bookings will cost in the period from now on (not yet metered); for a
+    month still ahead, only their part in that month."""
+    period_start, period_end = month_bounds(period.month)
+    since = max(now, period_start)
     holdings = ReservationGpu.objects.filter(
-        active=True, reservation__team=team, end__gt=now, start__lt=period_end
+        active=True, reservation__team=team, end__gt=since, start__lt=period_end
     ).select_related("gpu__model")
     total = Decimal(0)
     for holding in holdings:
         total += projected_booking_cost(
             gpu_model=holding.gpu.model,
             count=1,
-            start=max(holding.start, now),
+            start=max(holding.start, since),
             end=min(holding.end, period_end),
         )
     return total

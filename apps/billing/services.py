@@ -28,10 +28,11 @@ from apps.billing.models import (
     LedgerEntry,
     RateCard,
 )
-from apps.billing.periods import month_bounds, month_start
+from apps.billing.periods import add_months, month_bounds, month_start, next_month
 from apps.billing.selectors import (
     booked_cost,
     budget_for,
+    period_for_month,
     projected_booking_cost,
     team_spend,
     team_total_all,
@@ -44,6 +45,8 @@ from portal.exceptions import ConflictError, PolicyRefusal
 from portal.formatting import format_when
 
 CENT = Decimal("0.01")
+# Budgets can be planned this many months past the current one (bookings reach into them).
+BUDGET_MONTHS_AHEAD = 12
 RATE_FIELDS = (
     "price_per_gpu_hour",
     "currency",
@@ -282,10 +285,19 @@ def budget_set(
     *, actor, team, period: BillingPeriod, amount: Decimal, enforcement: str = Enforcement.ALERT
 ) -> Budget:
     """Set a team's budget for a month and whether it only alerts or also blocks bookings.
+    Any open month up to BUDGET_MONTHS_AHEAD ahead; a closed month's budgets are final.
     Audited."""
     require_billing_admin(actor)
     period = BillingPeriod.objects.select_for_update().get(pk=period.pk)
     _require_open(period, "changing its budgets")
+    latest = add_months(month_start(timezone.now()), BUDGET_MONTHS_AHEAD)
+    if period.month > latest:
+        raise ValidationError(
+            {
+                "period": f"Budgets can be set up to {BUDGET_MONTHS_AHEAD} months ahead, "
+                f"until {latest:%Y-%m}."
+            }
+        )
     amount = Decimal(amount)
     if amount < 0:
         raise ValidationError({"amount": "A budget cannot be negative."})
@@ -361,18 +373,26 @@ def _email_budget_alert(budget: Budget, threshold: int, spent: Decimal) -> None:
 
 def check_booking_budget(*, team, gpu_model, count, start, end) -> None:
     """The reservation budget hook (settings.RESERVATION_BUDGET_CHECK): a team in `block` mode
-    cannot book more than is left of its budget for the month the booking starts in."""
+    cannot book more than is left of its budget in any month the booking falls in; each
+    month's part of the booking is weighed against that month's budget."""
     if is_showback():
         return
     now = timezone.now()
-    period = BillingPeriod.objects.filter(month=month_start(start)).first()
+    month = month_start(start)
+    while (bounds := month_bounds(month))[0] < end:
+        part_start, part_end = max(start, bounds[0]), min(end, bounds[1])
+        _check_month_budget(
+            team=team, gpu_model=gpu_model, count=count, start=part_start, end=part_end,
+            period=period_for_month(month), now=now,
+        )  # fmt: skip
+        month = next_month(month)
+
+
+def _check_month_budget(*, team, gpu_model, count, start, end, period, now) -> None:
     budget = budget_for(team=team, period=period)
     if budget is None or budget.enforcement != Enforcement.BLOCK:
         return
-    _, period_end = month_bounds(period.month)
-    cost = projected_booking_cost(
-        gpu_model=gpu_model, count=count, start=start, end=min(end, period_end)
-    )
+    cost = projected_booking_cost(gpu_model=gpu_model, count=count, start=start, end=end)
     spent = team_spend(team=team, period=period)
     booked = booked_cost(team=team, period=period, now=now)
     left = budget.amount - spent - booked
@@ -380,8 +400,8 @@ def check_booking_budget(*, team, gpu_model, count, start, end) -> None:
     if cost > 0 and cost > left:
         available = max(left, Decimal(0)).quantize(CENT)
         raise PolicyRefusal(
-            f"This booking would cost {cost.quantize(CENT)} but only {available} "
-            f"is left of {team.slug}'s {budget.amount} budget for {period}.",
+            f"This booking would cost {cost.quantize(CENT)} in {period} but only {available} "
+            f"is left of {team.slug}'s {budget.amount} budget for that month.",
             code="budget_exhausted",
             detail={
                 "budget": str(budget.amount),

@@ -22,11 +22,12 @@ def _require_billing_admin(user) -> None:
         raise PermissionDenied("Only finance users and platform admins may see billing.")
 
 
-def _chosen_period(request) -> tuple[BillingPeriod, str | None]:
+def _chosen_period(request, *, months_ahead: int = 0) -> tuple[BillingPeriod, str | None]:
     """The period in ?period= (default: this month) and an error message if it was bad."""
     now = timezone.now()
     try:
-        month = parse_period(request.GET.get("period") or f"{now:%Y-%m}", now=now)
+        text = request.GET.get("period") or f"{now:%Y-%m}"
+        month = parse_period(text, now=now, months_ahead=months_ahead)
         error = None
     except ApplicationError as refusal:
         month, error = month_start(now), refusal.message
@@ -140,15 +141,19 @@ def rate_cards_view(request):
 def budgets_view(request):
     """Budgets and burn-down of the teams the user may see; finance and admins set them."""
     can_edit = is_billing_admin(request.user)
-    period, error = _chosen_period(request)
+    # Budgets are planned ahead: a future month shows its bookings against its budget.
+    period, error = _chosen_period(request, months_ahead=services.BUDGET_MONTHS_AHEAD)
     if error:
         messages.error(request, error)
     form = BudgetForm(request.POST or None)
     if request.method == "POST":
         if not can_edit:
             raise PermissionDenied("Only finance users and platform admins may set budgets.")
-        period = services.period_get_or_create(period.month)
-        if form.is_valid():
+        if error:  # the month asked for cannot have a budget: set none, not this month's
+            form.is_valid()
+            form.add_error(None, error)
+        elif form.is_valid():
+            period = services.period_get_or_create(period.month)
             data = form.cleaned_data
             try:
                 services.budget_set(
@@ -185,6 +190,7 @@ def budgets_view(request):
             "form": form,
             "can_edit": can_edit,
             "currency": settings.BILLING_CURRENCY,
+            "months_ahead": services.BUDGET_MONTHS_AHEAD,
         },
     )
 
