@@ -63,6 +63,13 @@ def _acquire_cycle_lock() -> bool:
         return True
 
 
+def _lock_quotas() -> None:
+    """Lock every quota row until the cycle commits: a booking locks its team's rows before it
+    counts the team's running jobs, so a booking and a placement cannot both take a team's
+    last GPU under its limit (they see each other's writes, one after the other)."""
+    list(Quota.objects.select_for_update().order_by("id").values_list("id", flat=True))
+
+
 def _ts(value: datetime) -> float:
     return value.timestamp()
 
@@ -136,10 +143,11 @@ def build_state(*, now: datetime) -> ClusterState:
             gpu_id=h.gpu_id,
             start=_ts(h.start),
             end=_ts(h.end),
+            model=h.gpu.model.name,
         )
         for h in ReservationGpu.objects.filter(
             active=True, end__gt=now, reservation__status__in=RESERVATION_OPEN_STATUSES
-        ).select_related("reservation__team")
+        ).select_related("reservation__team", "gpu__model")
     ]
     open_allocs: dict[int, list[JobAllocation]] = {}
     for alloc in JobAllocation.objects.filter(end__isnull=True).select_related("gpu__model"):
@@ -343,6 +351,7 @@ def schedule_cycle(*, now: datetime | None = None) -> CycleResult:
         if not _acquire_cycle_lock():
             return CycleResult(locked=False)
         services.jobs_expire_stale(now=now)
+        _lock_quotas()
         state = build_state(now=now)
         if not state.queued:
             return result

@@ -3,11 +3,15 @@
 import math
 from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.db.models import Prefetch, QuerySet
+from django.utils import timezone
 
 from apps.fleet.models import GpuModel
 from apps.jobs.choices import ACTIVE_STATUSES, JobStatus
 from apps.jobs.models import Job, JobAllocation
+from apps.teams.models import Team
+from apps.teams.quota_rule import job_held_until
 from portal import hooks
 
 
@@ -35,10 +39,16 @@ def current_allocations(job: Job) -> list[JobAllocation]:
 
 
 def job_busy_intervals(
-    *, start: datetime, end: datetime, gpu_ids=None, gpu_model: GpuModel | None = None
+    *,
+    start: datetime,
+    end: datetime,
+    gpu_ids=None,
+    gpu_model: GpuModel | None = None,
+    team: Team | None = None,
 ) -> list[tuple[int, int, int]]:
-    """(gpu_id, start_s, end_s) for GPUs held by running jobs outside reservations, from the
-    allocation's start until the job's maximum runtime ends, overlapping [start, end)."""
+    """(gpu_id, start_s, end_s) for GPUs held by running jobs outside reservations (of `team`
+    if given), from the allocation's start until the job's maximum runtime ends (or, for a job
+    that outran it, until the kill's grace period ends), overlapping [start, end)."""
     rows = JobAllocation.objects.filter(
         end__isnull=True,
         job__reservation__isnull=True,
@@ -49,11 +59,15 @@ def job_busy_intervals(
         rows = rows.filter(gpu_id__in=gpu_ids)
     if gpu_model is not None:
         rows = rows.filter(gpu__model=gpu_model)
+    if team is not None:
+        rows = rows.filter(job__team=team)
     result = []
+    now = timezone.now()
+    grace = timedelta(seconds=settings.JOBS_KILL_GRACE_SECONDS)
     for gpu_id, alloc_start, job_start, runtime in rows.values_list(
         "gpu_id", "start", "job__started_at", "job__max_runtime_seconds"
     ):
-        until = (job_start or alloc_start) + timedelta(seconds=runtime)
+        until = job_held_until((job_start or alloc_start) + timedelta(seconds=runtime), now, grace)
         if until <= start:
             continue
         result.append((gpu_id, math.floor(alloc_start.timestamp()), math.ceil(until.timestamp())))

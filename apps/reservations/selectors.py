@@ -15,18 +15,26 @@ from apps.reservations.choices import OPEN_STATUSES
 from apps.reservations.models import Reservation, ReservationGpu
 from apps.reservations.policy import BookingPolicy
 from apps.teams.models import Quota, Team
+from apps.teams.quota_rule import Holdings
 from portal import hooks
 
 
-def busy_elsewhere(*, start, end, gpu_ids=None, gpu_model=None) -> list[tuple[int, int, int]]:
+def busy_elsewhere(
+    *, start, end, gpu_ids=None, gpu_model=None, team=None
+) -> list[tuple[int, int, int]]:
     """(gpu_id, start_s, end_s) of GPUs held by something other than bookings over [start,
-    end): the subscribers of `gpus.busy_intervals` (jobs: running jobs outside bookings, until
-    their maximum runtime). Higher layers answer through the hook; reservations never imports
-    them."""
+    end), by `team` if given: the subscribers of `gpus.busy_intervals` (jobs: running jobs
+    outside bookings, until their maximum runtime). Higher layers answer through the hook;
+    reservations never imports them."""
     return [
         interval
         for intervals in hooks.emit(
-            "gpus.busy_intervals", start=start, end=end, gpu_ids=gpu_ids, gpu_model=gpu_model
+            "gpus.busy_intervals",
+            start=start,
+            end=end,
+            gpu_ids=gpu_ids,
+            gpu_model=gpu_model,
+            team=team,
         )
         for interval in intervals
     ]
@@ -358,6 +366,32 @@ def team_booked_intervals(
     if exclude_reservation_id is not None:
         rows = rows.exclude(reservation_id=exclude_reservation_id)
     return [(max(s, start), min(e, end), 1) for s, e in rows.values_list("start", "end")]
+
+
+def team_holdings(
+    *, team: Team, start: datetime, end: datetime, exclude_reservation_id: int | None = None
+) -> Holdings:
+    """What the team holds over [start, end), of every model, as the quota rule counts it: its
+    bookings' GPUs and its running jobs' GPUs outside bookings (until their maximum runtime)."""
+    holdings = Holdings()
+    rows = ReservationGpu.objects.filter(
+        reservation__team=team, active=True, start__lt=end, end__gt=start
+    )
+    if exclude_reservation_id is not None:
+        rows = rows.exclude(reservation_id=exclude_reservation_id)
+    for s, e, model in rows.values_list("start", "end", "reservation__gpu_model__name"):
+        holdings.add(team.slug, model, s, e)
+    jobs = busy_elsewhere(start=start, end=end, team=team)
+    models = dict(
+        Gpu.objects.filter(pk__in={gpu_id for gpu_id, _, _ in jobs}).values_list(
+            "pk", "model__name"
+        )
+    )
+    for gpu_id, s, e in jobs:
+        holdings.add(
+            team.slug, models[gpu_id], availability.from_epoch(s), availability.from_epoch(e)
+        )
+    return holdings
 
 
 def quota_usage(*, quotas, now: datetime | None = None) -> dict[int, dict]:

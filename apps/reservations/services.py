@@ -5,8 +5,9 @@ Invariants held here:
 - no GPU is held twice at once: on PostgreSQL by an exclusion constraint (a lost race is
   retried with other GPUs), on SQLite by running every booking in one BEGIN IMMEDIATE
   transaction (settings) that re-checks;
-- the team's quota rows are locked (SELECT ... FOR UPDATE) before its bookings are counted, so
-  two racing requests cannot both take the last unit;
+- the team's quota rows are locked (SELECT ... FOR UPDATE) before its bookings and running jobs
+  are counted (the scheduling cycle takes the same locks), so two racing requests cannot both
+  take the last unit;
 - every refusal raises before anything is written.
 """
 
@@ -29,6 +30,7 @@ from apps.reservations.policy import BookingPolicy, budget_check
 from apps.teams.choices import TeamRole
 from apps.teams.models import Membership, Quota, Team
 from apps.teams.permissions import is_platform_admin
+from apps.teams.quota_rule import QuotaRow, QuotaRule
 from portal import hooks
 from portal.exceptions import ConflictError, PolicyRefusal
 from portal.formatting import format_count, format_when
@@ -102,43 +104,42 @@ def check_quota(
     exclude_reservation_id: int | None = None,
 ) -> bool:
     """Refuse (403 quota_exceeded) if the team would hold more than a limit at any instant of
-    [start, end). Returns whether the booking is over the team's guarantee (over-quota)."""
-    quotas = _locked_quotas(team, gpu_model)
-    if not quotas:
+    [start, end), counting its bookings and its running jobs (the quota rule,
+    `apps.teams.quota_rule`); a team without a quota for the model may book none of it.
+    Returns whether the booking is over the team's guarantee (over-quota)."""
+    rule = QuotaRule(
+        QuotaRow(team.slug, q.gpu_model.name if q.gpu_model else None, q.guaranteed, q.limit)
+        for q in _locked_quotas(team, gpu_model)
+    )
+    holdings = selectors.team_holdings(
+        team=team, start=start, end=end, exclude_reservation_id=exclude_reservation_id
+    )
+    verdict = rule.admit(team.slug, gpu_model.name, count, start, end, holdings)
+    if not verdict.rows:
         raise PolicyRefusal(
             f"Team {team.slug} has no quota for {gpu_model.name}. Ask a platform admin for one.",
             code="quota_exceeded",
             detail={"gpu_model": gpu_model.name, "limit": 0, "requested": count},
         )
-    over_quota = False
-    for quota in quotas:
-        booked = selectors.peak_concurrent(
-            selectors.team_booked_intervals(
-                team=team,
-                start=start,
-                end=end,
-                gpu_model=quota.gpu_model,
-                exclude_reservation_id=exclude_reservation_id,
-            )
+    row = verdict.refused_by
+    if row is not None:
+        held = verdict.held
+        raise PolicyRefusal(
+            f"Quota exceeded: team {team.slug} may hold {format_count(row.limit, 'GPU')} "
+            f"of {row.scope}; "
+            f"{held} are already held in this window (bookings and running jobs) and you "
+            f"asked for {count}.",
+            code="quota_exceeded",
+            detail={
+                "gpu_model": row.scope,
+                "limit": row.limit,
+                "guaranteed": row.guaranteed,
+                "booked": held,
+                "requested": count,
+                "available": max(row.limit - held, 0),
+            },
         )
-        scope = quota.gpu_model.name if quota.gpu_model else "all GPU models"
-        if booked + count > quota.limit:
-            raise PolicyRefusal(
-                f"Quota exceeded: team {team.slug} may hold {format_count(quota.limit, 'GPU')} "
-                f"of {scope}; "
-                f"{booked} are already booked in this window and you asked for {count}.",
-                code="quota_exceeded",
-                detail={
-                    "gpu_model": scope,
-                    "limit": quota.limit,
-                    "guaranteed": quota.guaranteed,
-                    "booked": booked,
-                    "requested": count,
-                    "available": max(quota.limit - booked, 0),
-                },
-            )
-        over_quota = over_quota or booked + count > quota.guaranteed
-    return over_quota
+    return verdict.over_guarantee
 
 
 def _next_slot_detail(*, gpu_model, count, duration, after, same_node) -> dict | None:

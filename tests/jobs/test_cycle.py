@@ -142,7 +142,15 @@ def test_a_gpu_released_after_the_cycle_read_its_clock_is_allocated_from_its_rel
 
 
 def test_preemption_kills_and_requeues_after_stop(
-    member, team, outsider, other_team, h100, sent, monkeypatch, django_capture_on_commit_callbacks
+    member,
+    team,
+    outsider,
+    other_team,
+    h100,
+    quotas,
+    sent,
+    monkeypatch,
+    django_capture_on_commit_callbacks,
 ):
     victim = _submit(member, team, gpu_model=h100, gpu_count=8, priority_class="preemptible")
     dispatch.schedule_cycle()

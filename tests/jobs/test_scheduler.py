@@ -378,7 +378,10 @@ def test_estimated_start_from_running_end_times():
 
 def test_any_model_job_and_unknown_model():
     gpus = fleet(1, 2) + [GpuInfo(100, "l", "L40S", None)]
-    d = schedule(ClusterState(NOW, gpus, [job(1, model=None), job(2, model="A100")], quotas=[]))
+    any_model = [TeamQuota("vision", None, 0, 8)]
+    d = schedule(
+        ClusterState(NOW, gpus, [job(1, model=None), job(2, model="A100")], quotas=any_model)
+    )
     assert 1 in placed(d)
     assert pending(d)[2].reason == PendingReason.NO_CAPACITY
 

@@ -356,10 +356,11 @@ def test_a_run_started_before_progress_was_timed_is_swept_by_its_start(platform_
 
 def test_a_long_replay_keeps_reporting_progress_between_its_steps():
     from apps.jobs.scheduler.replay import PROGRESS_EVERY_EVENTS, TraceJob, simulate
-    from apps.jobs.scheduler.state import GpuInfo
+    from apps.jobs.scheduler.state import GpuInfo, TeamQuota
 
     gpus = [GpuInfo(i, "n0", "H100", "n0") for i in range(8)]
     jobs = [TraceJob(i, float(i), 5.0, 1, "vision") for i in range(3 * PROGRESS_EVERY_EVENTS)]
     seen: list[float] = []
-    simulate(jobs, gpus, [], "fifo", progress=seen.append)
+    quota = [TeamQuota("vision", None, 0, 8)]
+    simulate(jobs, gpus, quota, "fifo", progress=seen.append)
     assert len(seen) >= 3 and seen == sorted(seen) and 0 < seen[0] < seen[-1] <= 1

@@ -54,7 +54,7 @@ from apps.jobs.scheduler.explain import ExplainMixin, gpus_phrase
 from apps.jobs.scheduler.modes import BASELINE, GUARANTEE, SPARE, Candidate
 from apps.jobs.scheduler.pool import FreePool
 from apps.jobs.scheduler.preemption import PreemptionMixin
-from apps.jobs.scheduler.quotas import UNLIMITED, QuotaBook
+from apps.jobs.scheduler.quotas import QuotaBook
 from apps.jobs.scheduler.state import (
     Booking,
     ClusterState,
@@ -101,8 +101,6 @@ class SchedulerConfig:
     preempt_max_lost_ratio: float = 0.5
     # Time a preempted job gets to stop (SIGTERM -> SIGKILL); used for estimates only.
     grace_seconds: float = 30.0
-    # Teams without a quota row for a model may use it up to this many GPUs, with no guarantee.
-    default_limit: int = UNLIMITED
     # Write a message and an estimated start for every pending job. The replayer turns it
     # off, and then ``Decision.pending`` lists only jobs waiting for a preemption.
     explain: bool = True
@@ -153,7 +151,7 @@ class Engine(PreemptionMixin, ExplainMixin):
                 f"{', '.join(SPARE_ORDERS)}."
             )
         self.pool = FreePool(gpus)
-        self.quotas = QuotaBook(quotas, self.config.default_limit)
+        self.quotas = QuotaBook(quotas)
         self.order = _order_key(policy)
         self.queue_order = _order_key("fifo" if policy == "fairshare" else policy)
         self.total_capacity = max(1, len(gpus))
@@ -172,8 +170,6 @@ class Engine(PreemptionMixin, ExplainMixin):
         self.reservation_jobs: dict[int, QueuedJob] = {}
         self._heads: dict[str, tuple] = {}  # team -> smallest queue key (see _head_key)
         self.active_bookings: dict[int, list[int]] = {}
-        self._bounds: dict[str, list[tuple]] = {}  # team -> [(model, quota key, g, limit)]
-        self._model_bounds: dict[tuple[str, str], tuple] = {}
         # team -> mode -> caps (see _caps), dropped when the team starts or stops a job
         self._caps_cache: dict[str, dict[str, dict[str, int] | None]] = {}
         # Bumped by every change of queue or running set; a preemption pass that found
@@ -239,7 +235,7 @@ class Engine(PreemptionMixin, ExplainMixin):
         self.busy.update(run.gpu_ids)
         self.team_gpus[run.team] += len(run.gpu_ids)
         if run.reservation_id is None:
-            self.quotas.used[self.quotas.key(run.team, run.model)] += len(run.gpu_ids)
+            self.quotas.take(run.team, run.model, len(run.gpu_ids))
             self._caps_cache.pop(run.team, None)
             if self._is_preemptible(run):
                 self.preemptible.add(run.job_id)
@@ -267,7 +263,7 @@ class Engine(PreemptionMixin, ExplainMixin):
         self.busy.difference_update(run.gpu_ids)
         self.team_gpus[run.team] -= len(run.gpu_ids)
         if run.reservation_id is None:
-            self.quotas.used[self.quotas.key(run.team, run.model)] -= len(run.gpu_ids)
+            self.quotas.give(run.team, run.model, len(run.gpu_ids))
             self._caps_cache.pop(run.team, None)
             self.preemptible.discard(job_id)
         del self.spread[job_id]
@@ -280,11 +276,17 @@ class Engine(PreemptionMixin, ExplainMixin):
         return run
 
     def add_bookings(self, bookings: list[Booking], now: float) -> None:
-        """Active bookings hold their GPUs for their reservation; later ones allow backfill."""
+        """Active bookings hold their GPUs for their reservation; later ones allow backfill.
+        Both count in their team's quota (see ``QuotaBook.book``)."""
         future: dict[int, float] = {}
         for b in bookings:
             if b.end <= now:
                 continue
+            info = self.pool.info.get(b.gpu_id)
+            model = b.model or (info.model if info else None)
+            if model is not None:
+                self.quotas.book(b, model, now)
+                self._caps_cache.pop(b.team, None)
             if b.start <= now:
                 self.active_bookings.setdefault(b.reservation_id, []).append(b.gpu_id)
                 if b.gpu_id in self.pool.info and b.gpu_id not in self.busy:
@@ -380,13 +382,7 @@ class Engine(PreemptionMixin, ExplainMixin):
 
     def _cap(self, team: str, model: str, mode: str, pclass: PriorityClass | None) -> int:
         """GPUs of ``model`` the team may still take in a pass of ``mode``."""
-        bounds = self._model_bounds.get((team, model))
-        if bounds is None:
-            key = self.quotas.key(team, model)
-            bounds = (key, self.quotas.guaranteed(key), self.quotas.limit(key))
-            self._model_bounds[(team, model)] = bounds
-        key, guaranteed, limit = bounds
-        return (guaranteed if mode == GUARANTEE else limit) - self.quotas.used[key]
+        return self.quotas.room(team, model, guarantee=mode == GUARANTEE)
 
     def _caps(self, team: str, mode: str) -> dict[str, int] | None:
         """GPUs of each model the team may still take in a pass of ``mode``; None when it may
@@ -398,20 +394,12 @@ class Engine(PreemptionMixin, ExplainMixin):
             cached = by_mode.get(mode, False)
             if cached is not False:
                 return cached
-        bounds = self._bounds.get(team)
-        if bounds is None:
-            quotas = self.quotas
-            bounds = self._bounds[team] = [
-                (model, key, quotas.guaranteed(key), quotas.limit(key))
-                for model in self.pool.models
-                for key in (quotas.key(team, model),)
-            ]
-        used = self.quotas.used
+        room = self.quotas.room
         caps = {}
         positive = False
         within_guarantee = mode == GUARANTEE
-        for model, key, guaranteed, limit in bounds:
-            cap = caps[model] = (guaranteed if within_guarantee else limit) - used[key]
+        for model in self.pool.models:
+            cap = caps[model] = room(team, model, guarantee=within_guarantee)
             if cap > 0:
                 positive = True
         result = by_mode[mode] = caps if positive else None
@@ -429,6 +417,8 @@ class Engine(PreemptionMixin, ExplainMixin):
             return None
         room: dict[tuple[str, bool], int] = {}  # (model, same node) -> largest gang that fits
         skip = _SKIPPED_CLASS.get(mode)
+        # A team with bookings ahead: a job must fit beside them for its whole run.
+        window = team in self.quotas.later
         # With one model (the common case) every job may run on it.
         any_model = pool.models if len(pool.models) == 1 else None
         best: Candidate | None = None  # a backfill candidate (its GPUs found already)
@@ -440,12 +430,14 @@ class Engine(PreemptionMixin, ExplainMixin):
             if best_key is not None and head_key >= best_key:
                 continue
             for model in (gpu_model is None and any_model) or self._models_for(gpu_model):
-                if count > caps.get(model, 0):
+                if count > caps.get(model, 0) or not (
+                    runs := self._quota_runs(entries, model, mode, window, best_key)
+                ):
                     continue
                 if fitting and pool.booked_count and pool.has_booked(model):
                     if best is None and best_key is not None:
                         best = self._head_candidate(best_key, best_entries, best_model)
-                    found = self._first_backfill(entries, model, count, same_node, best)
+                    found = self._first_backfill(runs, model, count, same_node, best)
                     if found is not None:
                         best, best_key = found, found.key
                         break
@@ -459,11 +451,37 @@ class Engine(PreemptionMixin, ExplainMixin):
                         )
                     if count > fits:
                         continue
-                best, best_entries, best_model, best_key = None, entries, model, head_key
+                best, best_entries, best_model, best_key = None, runs, model, runs[0][0]
                 break
         if best is not None or best_key is None:
             return best
         return self._head_candidate(best_key, best_entries, best_model)
+
+    def _quota_runs(self, entries: list, model: str, mode: str, window: bool, before) -> list:
+        """The bucket's jobs the team's quota lets run on ``model``: all of them, unless the
+        team has bookings ahead (``window``); then those whose whole run fits beside them,
+        queued before ``before`` (a candidate found already)."""
+        if not window:
+            return entries
+        return [
+            entry
+            for entry in entries
+            if (before is None or entry[0] < before)
+            and self._fits_quota_window(self.queued[entry[1]], model, mode)
+        ]
+
+    def _fits_quota_window(self, job: QueuedJob, model: str, mode: str) -> bool:
+        """Whether the job's whole run fits its team's quota beside the team's bookings."""
+        return self.quotas.fits_window(
+            job.team,
+            model,
+            job.gpu_count,
+            self.now,
+            self.now + job.max_runtime,
+            self.running.values(),
+            self.config.grace_seconds,
+            guarantee=mode == GUARANTEE,
+        )
 
     def _head_candidate(self, key: tuple, entries: list, model: str) -> Candidate:
         return Candidate(key, self.queued[entries[0][1]], model, None)
@@ -508,11 +526,11 @@ class Engine(PreemptionMixin, ExplainMixin):
         if mode == GUARANTEE:
             return False
         job = cand.job
-        key = self.quotas.key(job.team, cand.model)
-        return (
-            self.quotas.used[key] + job.gpu_count > self.quotas.guaranteed(key)
-            or job.priority_class == PriorityClass.PREEMPTIBLE
-        )
+        if job.priority_class == PriorityClass.PREEMPTIBLE:
+            return True
+        if job.team in self.quotas.later:
+            return not self._fits_quota_window(job, cand.model, GUARANTEE)
+        return self.quotas.over_guarantee(job.team, cand.model, job.gpu_count)
 
     def _by_order(self, mode: str) -> None:
         """Place jobs of all teams in queue order (oldest first / shortest first)."""

@@ -59,18 +59,15 @@ class ExplainMixin:
         if models and all(
             job.gpu_count > self._cap(job.team, m, mode, job.priority_class) for m in models
         ):
-            model = job.gpu_model or models[0]
-            key = self.quotas.key(job.team, model)
-            if guaranteed_only:
-                n = self.quotas.guaranteed(key)
-                return (
-                    PendingReason.QUOTA_REACHED,
-                    f"Team {job.team} is using all {gpu_count(n, model)} it is guaranteed.",
-                )
-            n = self.quotas.limit(key)
+            return self._quota_reason(job, job.gpu_model or models[0], guaranteed_only)
+        if (
+            models
+            and job.team in self.quotas.later
+            and not any(self._fits_quota_window(job, m, mode) for m in models)
+        ):
             return (
                 PendingReason.QUOTA_REACHED,
-                f"Team {job.team} is at its quota of {gpu_count(n, model)}.",
+                f"Team {job.team}'s bookings leave no room in its quota before this job would end.",
             )
         if not models:
             return (
@@ -111,6 +108,28 @@ class ExplainMixin:
             PendingReason.NO_CAPACITY,
             f"Only {gpu_count(free, model)} {'is' if free == 1 else 'are'} free; "
             f"the job needs {job.gpu_count}.",
+        )
+
+    def _quota_reason(
+        self, job: QueuedJob, model: str, guaranteed_only: bool
+    ) -> tuple[PendingReason, str]:
+        row = self.quotas.binding(job.team, model, guarantee=guaranteed_only)
+        if row is None:
+            return (
+                PendingReason.QUOTA_REACHED,
+                f"Team {job.team} has no quota for {pretty_model(model)}; a platform admin "
+                "gives quotas.",
+            )
+        scope = row.model  # None: the row covers every model
+        if guaranteed_only:
+            return (
+                PendingReason.QUOTA_REACHED,
+                f"Team {job.team} is using all {gpu_count(row.guaranteed, scope)} it is "
+                "guaranteed.",
+            )
+        return (
+            PendingReason.QUOTA_REACHED,
+            f"Team {job.team} is at its quota of {gpu_count(row.limit, scope)}.",
         )
 
     def _estimate(self, job: QueuedJob) -> float | None:

@@ -1,34 +1,88 @@
-"""Quota rows as the engine reads them: guarantee, limit and fair-share weight per team."""
+"""The quota rule (``apps.teams.quota_rule``) as the engine keeps it between cycles: what each
+team holds now (running jobs outside bookings plus active bookings) and the bookings that start
+later, so a job is placed only when its whole run fits beside them."""
 
 from __future__ import annotations
 
 from collections import defaultdict
 
-from apps.jobs.scheduler.state import TeamQuota
-
-UNLIMITED = 10**9
+from apps.jobs.scheduler.state import Booking, TeamQuota
+from apps.teams.quota_rule import Holdings, QuotaRule, job_held_until
 
 
 class QuotaBook:
-    """Quota rows by (team, model); a row with model None covers every model of the team."""
+    """What teams hold and may hold, for the engine."""
 
-    def __init__(self, quotas: list[TeamQuota], default_limit: int) -> None:
-        self.rows: dict[tuple[str, str | None], TeamQuota] = {(q.team, q.model): q for q in quotas}
-        self.default_limit = default_limit
+    def __init__(self, quotas: list[TeamQuota]) -> None:
+        self.rule = QuotaRule(quotas)
+        # (team, model) and (team, None) -> GPUs held now
         self.used: dict[tuple[str, str | None], int] = defaultdict(int)
-        self.weight: dict[str, float] = defaultdict(float)
-        for q in quotas:
-            self.weight[q.team] += q.guaranteed
+        self.weight: dict[str, float] = {team: self.rule.weight(team) for team in self.rule.teams()}
+        # team -> its bookings (reservation id -> [start, end, model, GPUs])
+        self.booked: dict[str, dict[int, list]] = {}
+        self.later: set[str] = set()  # teams with a booking that starts after now
 
-    def key(self, team: str, model: str) -> tuple[str, str | None]:
-        if (team, model) in self.rows:
-            return (team, model)
-        return (team, None)
+    def take(self, team: str, model: str, count: int) -> None:
+        self.used[(team, model)] += count
+        self.used[(team, None)] += count
 
-    def guaranteed(self, key: tuple[str, str | None]) -> int:
-        row = self.rows.get(key)
-        return row.guaranteed if row else 0
+    def give(self, team: str, model: str, count: int) -> None:
+        self.take(team, model, -count)
 
-    def limit(self, key: tuple[str, str | None]) -> int:
-        row = self.rows.get(key)
-        return row.limit if row else self.default_limit
+    def room(self, team: str, model: str, *, guarantee: bool) -> int:
+        """GPUs of ``model`` the team may take now (within its guarantee when ``guarantee``)."""
+        used = self.used
+        return self.rule.room(
+            team, model, used[(team, model)], used[(team, None)], guarantee=guarantee
+        )
+
+    def binding(self, team: str, model: str, *, guarantee: bool) -> TeamQuota | None:
+        used = self.used
+        return self.rule.binding(
+            team, model, used[(team, model)], used[(team, None)], guarantee=guarantee
+        )
+
+    def over_guarantee(self, team: str, model: str, count: int) -> bool:
+        return count > self.room(team, model, guarantee=True)
+
+    def book(self, booking: Booking, model: str, now: float) -> None:
+        """A booking's GPU: counted now while the booking is active, and by ``fits_window``."""
+        spans = self.booked.setdefault(booking.team, {})
+        span = spans.get(booking.reservation_id)
+        if span is None:
+            spans[booking.reservation_id] = [booking.start, booking.end, model, 1]
+        else:
+            span[0], span[1] = min(span[0], booking.start), max(span[1], booking.end)
+            span[3] += 1
+        if booking.start <= now:
+            self.take(booking.team, model, 1)
+        else:
+            self.later.add(booking.team)
+
+    def fits_window(
+        self,
+        team: str,
+        model: str,
+        count: int,
+        start: float,
+        end: float,
+        running,
+        grace: float,
+        *,
+        guarantee: bool,
+    ) -> bool:
+        """Whether ``count`` GPUs over [start, end) fit beside the team's bookings and its
+        running jobs (each held until its maximum runtime ends): the window the bookings'
+        admission checks. Only teams with a booking ahead (``later``) need it; for the others
+        the most they hold over any window is what they hold now."""
+        holdings = Holdings()
+        for s, e, m, n in self.booked.get(team, {}).values():
+            holdings.add(team, m, s, e, n)
+        for run in running:
+            if run.team == team and run.reservation_id is None:
+                ends = job_held_until(run.started_at + run.max_runtime, start, grace)
+                holdings.add(team, run.model, run.started_at, ends, len(run.gpu_ids))
+        verdict = self.rule.verdict(
+            team, model, count, lambda row: holdings.peak(team, row.model, start, end)
+        )
+        return verdict.admitted and not (guarantee and verdict.over_guarantee)

@@ -41,6 +41,7 @@ from apps.jobs.scheduler.state import (
     TeamQuota,
 )
 from apps.jobs.scheduler.usage import UsageMeter
+from apps.teams.quota_rule import QuotaRule
 
 SLOWDOWN_FLOOR_SECONDS = 10.0
 PROGRESS_EVERY_EVENTS = 5000
@@ -137,7 +138,7 @@ class _Fleet:
         self.largest: dict[str, int] = defaultdict(int)
         for (model, _), n in node_sizes.items():
             self.largest[model] = max(self.largest[model], n)
-        self.limits = {(q.team, q.model): q.limit for q in quotas}
+        self.quota = QuotaRule(quotas)
 
     def multi_node(self, job: TraceJob) -> bool:
         """A job no node can hold alone runs across nodes, whatever the trace says."""
@@ -148,8 +149,7 @@ class _Fleet:
         for model, total in self.per_model.items():
             if job.model is not None and job.model != model:
                 continue
-            limit = self.limits.get((job.team, model), self.limits.get((job.team, None)))
-            if job.gpus <= total and (limit is None or job.gpus <= limit):
+            if job.gpus <= total and job.gpus <= self.quota.ceiling(job.team, model):
                 return True
         return False
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from apps.teams.quota_rule import QuotaRow
+
 
 class PriorityClass(StrEnum):
     GUARANTEED = "guaranteed"  # runs only within the team's guaranteed GPUs; never preempted
@@ -46,6 +48,9 @@ class Booking:
     gpu_id: int
     start: float
     end: float
+    # The GPU's model (the booking counts against the team's quota even when the GPU has left
+    # the schedulable pool); None: the model of the GPU in the pool.
+    model: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,12 +85,8 @@ class QueuedJob:
     attained: float = 0.0
 
 
-@dataclass(frozen=True, slots=True)
-class TeamQuota:
-    team: str
-    model: str | None  # None: applies to any model
-    guaranteed: int
-    limit: int
+# A quota row (model None: any model); what rows mean is the quota rule's (apps.teams.quota_rule).
+TeamQuota = QuotaRow
 
 
 @dataclass(slots=True)

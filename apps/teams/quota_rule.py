@@ -1,0 +1,183 @@
+"""What a team holds and may hold: the one quota rule of bookings, jobs, the scheduler, the
+what-if replays and the quota pages. Pure Python (no Django), so the scheduler and the
+replayer run it too.
+
+**Holding.** What a team holds of a GPU model at an instant: the GPUs its bookings hold plus
+the GPUs its running jobs hold outside bookings (a job inside a booking runs on the booking's
+GPUs, which count once). A running job holds its GPUs until its maximum runtime ends; one that
+has outrun it is being stopped and holds them until the kill's grace period ends
+(``job_held_until``).
+
+**Rows.** A quota row names a team, a GPU model or none (any model), a guarantee and a limit.
+Every row that covers a model applies: the model's own row bounds what the team holds of that
+model, the any-model row bounds what it holds of all models together. A team may take
+``count`` more GPUs of a model over [start, end) when, for every row that applies, its peak
+holding in the row's scope over the window plus ``count`` is at most the row's limit. The GPUs
+are *within the guarantee* when the same holds for every row's guarantee, else *over quota*
+(preemptible, priced as over quota). An any-model row's guarantee therefore also caps the
+guaranteed work of each model.
+
+**No row.** A team with no row covering a model may hold none of it: no limit means a limit of
+0 and nothing guaranteed, for bookings and jobs alike. A platform admin gives the team a quota
+(the quota and team pages say so); until then its bookings are refused and its jobs wait with
+the reason.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+ANY_MODEL = None
+
+
+def job_held_until(max_end, now, grace):
+    """When a running job gives its GPUs back: at its maximum runtime's end, or, past that,
+    once the kill's grace period ends (from ``now``). Any unit: datetimes and timedeltas or
+    epoch seconds."""
+    return max(max_end, now + grace)
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaRow:
+    """One quota row: ``model`` None covers every model of the team."""
+
+    team: str
+    model: str | None
+    guaranteed: int
+    limit: int
+
+    @property
+    def scope(self) -> str:
+        return self.model if self.model is not None else "all GPU models"
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """The rule's answer for ``count`` more GPUs of a model: ``refused_by`` is the first row
+    whose limit they would pass (None when admitted); ``held`` what the team holds in that
+    row's scope (of the first row when admitted); ``over_guarantee`` whether they pass a
+    guarantee. ``rows`` are the rows that applied (empty: the team has no quota for it)."""
+
+    rows: tuple[QuotaRow, ...]
+    refused_by: QuotaRow | None
+    held: int
+    over_guarantee: bool
+
+    @property
+    def admitted(self) -> bool:
+        return bool(self.rows) and self.refused_by is None
+
+
+@dataclass(slots=True)
+class Holdings:
+    """What teams hold over time: (start, end, count) intervals per (team, model), in any unit
+    of time (datetimes or epoch seconds); ``end`` None holds until further notice."""
+
+    intervals: dict[tuple[str, str], list[tuple]] = field(default_factory=lambda: defaultdict(list))
+
+    def add(self, team: str, model: str, start, end, count: int = 1) -> None:
+        self.intervals[(team, model)].append((start, end, count))
+
+    def peak(self, team: str, model: str | None, start, end) -> int:
+        """Most GPUs the team holds at once over [start, end) of ``model`` (None: all models
+        together)."""
+        events = []
+        for (t, m), spans in self.intervals.items():
+            if t != team or (model is not None and m != model):
+                continue
+            for s, e, n in spans:
+                if s < end and (e is None or e > start):
+                    events.append((max(s, start), n))
+                    if e is not None and e < end:
+                        events.append((e, -n))
+        # Releases before takes at one instant: a booking ending at 10:00 and one starting then
+        # are never held together.
+        events.sort(key=lambda ev: (ev[0], ev[1]))
+        peak = current = 0
+        for _, delta in events:
+            current += delta
+            peak = max(peak, current)
+        return peak
+
+
+class QuotaRule:
+    """The quota rows of teams and the questions asked of them (see the module docstring)."""
+
+    def __init__(self, rows: Iterable) -> None:
+        self._rows: dict[tuple[str, str | None], QuotaRow] = {}
+        for r in rows:
+            row = r if isinstance(r, QuotaRow) else QuotaRow(r.team, r.model, r.guaranteed, r.limit)
+            self._rows[(row.team, row.model)] = row
+        self._applying: dict[tuple[str, str], tuple[QuotaRow, ...]] = {}
+
+    def rows_for(self, team: str, model: str) -> tuple[QuotaRow, ...]:
+        """The rows that bound ``team``'s GPUs of ``model``: its own, then the any-model one."""
+        key = (team, model)
+        rows = self._applying.get(key)
+        if rows is None:
+            found = (self._rows.get((team, model)), self._rows.get((team, ANY_MODEL)))
+            rows = self._applying[key] = tuple(r for r in found if r is not None)
+        return rows
+
+    def teams(self) -> set[str]:
+        return {team for team, _ in self._rows}
+
+    def weight(self, team: str) -> int:
+        """The team's guaranteed GPUs over all its rows (its weight in the fair share)."""
+        return sum(r.guaranteed for (t, _), r in self._rows.items() if t == team)
+
+    def ceiling(self, team: str, model: str) -> int:
+        """The most GPUs of ``model`` the team may ever hold (0 without a row)."""
+        rows = self.rows_for(team, model)
+        return min((r.limit for r in rows), default=0)
+
+    def room(
+        self, team: str, model: str, held_model: int, held_all: int, *, guarantee: bool = False
+    ) -> int:
+        """GPUs of ``model`` the team may still take (within its guarantee when ``guarantee``),
+        holding ``held_model`` of the model and ``held_all`` of all models; may be negative
+        after a quota was lowered, 0 without a row."""
+        rows = self.rows_for(team, model)
+        if not rows:
+            return 0
+        return min(
+            (r.guaranteed if guarantee else r.limit)
+            - (held_model if r.model is not None else held_all)
+            for r in rows
+        )
+
+    def binding(self, team: str, model: str, held_model: int, held_all: int, *, guarantee=False):
+        """The row that leaves the least room (None without a row): what a message names."""
+        rows = self.rows_for(team, model)
+        return min(
+            rows,
+            key=lambda r: (
+                (r.guaranteed if guarantee else r.limit)
+                - (held_model if r.model is not None else held_all)
+            ),
+            default=None,
+        )
+
+    def verdict(self, team: str, model: str, count: int, held_by_row) -> Verdict:
+        """Whether ``count`` more GPUs of ``model`` fit, given ``held_by_row(row)``: what the
+        team holds (peak over the window in question) in the row's scope."""
+        rows = self.rows_for(team, model)
+        over = not rows
+        first_held = None
+        for row in rows:
+            held = held_by_row(row)
+            if first_held is None:
+                first_held = held
+            if held + count > row.limit:
+                return Verdict(rows, row, held, True)
+            over = over or held + count > row.guaranteed
+        return Verdict(rows, None, first_held or 0, over)
+
+    def admit(self, team: str, model: str, count: int, start, end, holdings: Holdings) -> Verdict:
+        """Whether the team may take ``count`` GPUs of ``model`` over [start, end) on top of
+        ``holdings`` (bookings and running jobs alike)."""
+        return self.verdict(
+            team, model, count, lambda row: holdings.peak(team, row.model, start, end)
+        )
