@@ -395,22 +395,23 @@ def team_holdings(
 
 
 def quota_usage(*, quotas, now: datetime | None = None) -> dict[int, dict]:
-    """Per quota (by id): GPUs its team's bookings hold now, and the peak booked over the next
-    7 days. Answers the `quota.usage` hook of teams' quota tables."""
+    """Per quota (by id): what its team holds in the row's scope (bookings and running jobs,
+    as the quota rule counts them) now, and at its peak over the next 7 days. Answers the
+    `quota.usage` hook of teams' quota tables."""
     now = now or timezone.now()
     week = now + timedelta(days=7)
     usage = {}
+    holdings: dict[int, Holdings] = {}
     for quota in quotas:
-        model = quota.gpu_model
-        in_use = len(
-            team_booked_intervals(
-                team=quota.team, start=now, end=now + timedelta(seconds=1), gpu_model=model
-            )
-        )
-        booked = peak_concurrent(
-            team_booked_intervals(team=quota.team, start=now, end=week, gpu_model=model)
-        )
-        usage[quota.pk] = {"in_use": in_use, "booked_7d": booked}
+        team = quota.team
+        if team.pk not in holdings:
+            holdings[team.pk] = team_holdings(team=team, start=now, end=week)
+        held = holdings[team.pk]
+        model = quota.gpu_model.name if quota.gpu_model else None
+        usage[quota.pk] = {
+            "in_use": held.peak(team.slug, model, now, now + timedelta(seconds=1)),
+            "peak_7d": held.peak(team.slug, model, now, week),
+        }
     return usage
 
 

@@ -121,6 +121,10 @@ class QuotaRule:
             rows = self._applying[key] = tuple(r for r in found if r is not None)
         return rows
 
+    def row(self, team: str, model: str | None) -> QuotaRow | None:
+        """The team's row of ``model`` (None: its any-model row), if it has one."""
+        return self._rows.get((team, model))
+
     def teams(self) -> set[str]:
         return {team for team, _ in self._rows}
 
@@ -139,14 +143,17 @@ class QuotaRule:
         """GPUs of ``model`` the team may still take (within its guarantee when ``guarantee``),
         holding ``held_model`` of the model and ``held_all`` of all models; may be negative
         after a quota was lowered, 0 without a row."""
-        rows = self.rows_for(team, model)
-        if not rows:
-            return 0
-        return min(
-            (r.guaranteed if guarantee else r.limit)
-            - (held_model if r.model is not None else held_all)
-            for r in rows
-        )
+        rows = self._applying.get((team, model))
+        if rows is None:
+            rows = self.rows_for(team, model)
+        room = None
+        for r in rows:  # a loop, not min(): the scheduler asks this in its inner loops
+            left = (r.guaranteed if guarantee else r.limit) - (
+                held_model if r.model is not None else held_all
+            )
+            if room is None or left < room:
+                room = left
+        return 0 if room is None else room
 
     def binding(self, team: str, model: str, held_model: int, held_all: int, *, guarantee=False):
         """The row that leaves the least room (None without a row): what a message names."""

@@ -6,6 +6,7 @@ from django.utils import timezone
 from apps.fleet.models import Gpu, GpuModel
 from apps.teams.choices import TeamRole
 from apps.teams.models import Membership, Quota, Team
+from apps.teams.quota_rule import QuotaRow, QuotaRule
 from portal import hooks
 
 
@@ -26,9 +27,11 @@ def user_memberships(*, user) -> QuerySet[Membership]:
 
 
 def quota_table(*, teams=None, now: datetime | None = None) -> list[dict]:
-    """Per quota row: guaranteed, limit, GPUs in use now, peak booked over the next 7 days and
-    what is left. Use comes from the `quota.usage` hook (reservations answers it), so teams
-    needs nothing from the layers above it."""
+    """Per quota row: guaranteed, limit, what the team holds in the row's scope now and at its
+    peak over the next 7 days (bookings and running jobs), and what it may still take then
+    (the quota rule: a model's row and the team's any-model row both bound it). Holdings come
+    from the `quota.usage` hook (reservations answers it), so teams needs nothing from the
+    layers above it."""
     quotas = list(Quota.objects.select_related("team", "gpu_model"))
     if teams is not None:
         wanted = {team.pk for team in teams}
@@ -36,9 +39,20 @@ def quota_table(*, teams=None, now: datetime | None = None) -> list[dict]:
     usage: dict[int, dict] = {}
     for answer in hooks.emit("quota.usage", quotas=quotas, now=now or timezone.now()):
         usage.update(answer)
+    none = {"in_use": 0, "peak_7d": 0}
+    rule = QuotaRule(_row(quota) for quota in quotas)
+    peak = {
+        (row.team, row.model): usage.get(q.pk, none)["peak_7d"] for q in quotas for row in [_row(q)]
+    }
     rows = []
     for quota in quotas:
-        used = usage.get(quota.pk, {"in_use": 0, "booked_7d": 0})
+        row = _row(quota)
+        used = usage.get(quota.pk, none)
+        held_all = peak.get((row.team, None), 0)
+        if row.model is None:
+            left = row.limit - held_all
+        else:
+            left = rule.room(row.team, row.model, used["peak_7d"], held_all)
         rows.append(
             {
                 "quota": quota,
@@ -47,11 +61,16 @@ def quota_table(*, teams=None, now: datetime | None = None) -> list[dict]:
                 "guaranteed": quota.guaranteed,
                 "limit": quota.limit,
                 "in_use": used["in_use"],
-                "booked_7d": used["booked_7d"],
-                "left": max(quota.limit - used["booked_7d"], 0),
+                "peak_7d": used["peak_7d"],
+                "left": max(left, 0),
             }
         )
     return rows
+
+
+def _row(quota: Quota) -> QuotaRow:
+    model = quota.gpu_model.name if quota.gpu_model else None
+    return QuotaRow(quota.team.slug, model, quota.guaranteed, quota.limit)
 
 
 def guarantee_pressure() -> list[dict]:

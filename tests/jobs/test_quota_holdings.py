@@ -126,3 +126,34 @@ def test_a_job_that_would_run_into_the_teams_booking_waits(member, team, h100, s
     long.refresh_from_db()
     assert long.pending_reason == "quota_reached"
     assert "bookings" in long.pending_message
+
+
+def test_the_quota_pages_count_bookings_and_running_jobs_together(member, team, h100, sent):
+    from django.test import Client
+
+    from apps.teams.selectors import quota_table
+
+    l40s = h100.__class__.objects.get(name="L40S-48GB")
+    Quota.objects.create(team=team, gpu_model=h100, guaranteed=4, limit=8)
+    Quota.objects.create(team=team, gpu_model=l40s, guaranteed=0, limit=4)
+    Quota.objects.create(team=team, gpu_model=None, guaranteed=4, limit=10)
+    _book(member, team, h100, 4)
+    four = _submit(member, team, h100, 4)
+    assert dispatch.schedule_cycle().placed == [four.pk]
+    rows = {
+        (r["gpu_model"].name if r["gpu_model"] else None): (r["in_use"], r["peak_7d"], r["left"])
+        for r in quota_table(teams=[team])
+    }
+    assert rows == {
+        h100.name: (8, 8, 0),
+        # Nothing of its own held, but the any-model row leaves 2.
+        l40s.name: (0, 0, 2),
+        None: (8, 8, 2),
+    }
+    client = Client()
+    client.force_login(member)
+    html = client.get("/teams/vision/").text
+    table = html.split('data-testid="team-quota"', 1)[1].split("</table>", 1)[0]
+    assert (
+        f"<tr><td>{h100.name}</td><td>4</td><td>8</td><td>8</td><td>8</td><td>0</td></tr>" in table
+    )

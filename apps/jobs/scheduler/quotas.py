@@ -23,11 +23,14 @@ class QuotaBook:
         self.later: set[str] = set()  # teams with a booking that starts after now
 
     def take(self, team: str, model: str, count: int) -> None:
-        self.used[(team, model)] += count
-        self.used[(team, None)] += count
+        used = self.used
+        used[(team, model)] += count
+        used[(team, None)] += count
 
     def give(self, team: str, model: str, count: int) -> None:
-        self.take(team, model, -count)
+        used = self.used
+        used[(team, model)] -= count
+        used[(team, None)] -= count
 
     def room(self, team: str, model: str, *, guarantee: bool) -> int:
         """GPUs of ``model`` the team may take now (within its guarantee when ``guarantee``)."""
@@ -41,6 +44,17 @@ class QuotaBook:
         return self.rule.binding(
             team, model, used[(team, model)], used[(team, None)], guarantee=guarantee
         )
+
+    def key(self, team: str, model: str) -> tuple[str, str | None]:
+        """The row a team's GPUs of ``model`` are pooled under when its work is replayed alone
+        on its guaranteed GPUs (``team_metrics``): its model row, else its any-model row."""
+        rows = self.rule.rows_for(team, model)
+        return (team, rows[0].model if rows else None)
+
+    def guaranteed(self, key: tuple[str, str | None]) -> int:
+        """The guarantee of the row ``key`` names (0 when the team has none)."""
+        row = self.rule.row(*key)
+        return row.guaranteed if row else 0
 
     def over_guarantee(self, team: str, model: str, count: int) -> bool:
         return count > self.room(team, model, guarantee=True)

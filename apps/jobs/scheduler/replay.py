@@ -251,7 +251,7 @@ class _Replay:
             self.guaranteed[q.team] += q.guaranteed
         self.held: dict[str, int] = defaultdict(int)
         # GPUs running per quota key (team, model or None), to tell within-guarantee jobs
-        self.book = QuotaBook(quotas, 0)
+        self.book = QuotaBook(quotas)
         self.models = sorted({g.model for g in gpus})
         self.queued_per_team: dict[str, int] = defaultdict(int)
         self.below: set[str] = set()
@@ -323,7 +323,7 @@ class _Replay:
         heapq.heappush(self.ends, (at + j.duration - rec.done, j.job_id, rec.attempts))
         self.meter.change(j.team, j.gpus, at)
         self.held[j.team] += j.gpus
-        self.book.used[self.book.key(j.team, run.model)] += j.gpus
+        self.book.take(j.team, run.model, j.gpus)
         self._flag(j.team)
 
     def stop(self, job_id: int, at: float) -> RunningJob:
@@ -338,19 +338,16 @@ class _Replay:
             self.model_seconds[r.team, r.model][1] += used
         self.meter.change(r.team, -len(r.gpu_ids), at)
         self.held[r.team] -= len(r.gpu_ids)
-        self.book.used[self.book.key(r.team, r.model)] -= len(r.gpu_ids)
+        self.book.give(r.team, r.model, len(r.gpu_ids))
         self._flag(r.team)
         return r
 
     def within_guarantee(self, job: TraceJob) -> bool:
         """Whether the team's running GPUs of the job's model plus the job's fit its guarantee
         (a job of any model: on some model)."""
-        book = self.book
-        for model in [job.model] if job.model else self.models:
-            key = book.key(job.team, model)
-            if book.used[key] + job.gpus <= book.guaranteed(key):
-                return True
-        return False
+        room = self.book.room
+        models = [job.model] if job.model else self.models
+        return any(job.gpus <= room(job.team, m, guarantee=True) for m in models)
 
     # -- the event loop -----------------------------------------------------------------------
 

@@ -161,7 +161,7 @@ def team_metrics(result, quotas: list[TeamQuota]) -> TeamMetrics:
     """The guarantee wait, sharing incentive and finish-time fairness of a replay (``result``, a
     ``ReplayResult``) under the ``quotas`` it ran with. See the module docstring for the
     definitions."""
-    book = QuotaBook(quotas, 0)
+    book = QuotaBook(quotas)
     models = result.models
     teams: dict[str, TeamOutcome] = {}
     all_waits: list[float] = []
