@@ -14,6 +14,9 @@ seed gives the same trace on every machine.
   duration scale: ``dev`` (many short 1-GPU jobs: notebooks, debugging), ``exp`` (experiment
   sweeps, 1-4 GPUs), ``train`` (longer 1-8 GPU training) and ``llm`` (the 16-128 GPU
   multi-node tail plus some 8-GPU jobs).
+* The last ``small_teams`` of them (default 3) are small: 3 to 30 jobs each of 1 to 8 GPUs,
+  training-length, submitted in one burst of up to 2 hours on a random working day, mostly
+  while the big teams keep the fleet busy. Their guarantee must come back when they need it.
 * Sizes overall: about 93 % 1-GPU, 6 % 2-8 GPUs, 0.4 % 16-128 GPUs.
 * Durations: log-normal (sigma 1.8) times the team's scale, at least 30 s, at most 7 days.
 * Load: each day gets a weight, about 1 on ordinary days, 0.45 on weekends and 2.2-2.6 on
@@ -33,7 +36,7 @@ import csv
 import math
 import random
 import sys
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -65,10 +68,14 @@ def generate(
     load: float = 0.75,
     fleet_gpus: int = 512,
     seed: int = 2024,
+    small_teams: int = 3,
 ) -> tuple[list[TraceJob], dict]:
     """The trace and a summary (offered load per day, size mix) to print beside it."""
+    if not 0 <= small_teams < teams:
+        raise ValueError("small_teams must be at least 0 and fewer than teams.")
     rng = random.Random(seed)
-    names = [f"team-{k + 1:02d}" for k in range(teams)]
+    big = teams - small_teams
+    names = [f"team-{k + 1:02d}" for k in range(big)]
     kinds = {name: TEAM_KINDS[k % len(TEAM_KINDS)] for k, name in enumerate(names)}
     # teams of one kind still differ: a random activity factor
     weights = [KINDS[kinds[n]][0] * rng.uniform(0.5, 1.5) for n in names]
@@ -84,8 +91,8 @@ def generate(
             day_weight.append(rng.uniform(0.8, 1.2))
     hours = _hour_weights()
 
-    out: list[TraceJob] = []
-    for k in range(jobs):
+    out = _small_teams(rng, small_teams, big, days)
+    for k in range(len(out), jobs):
         day = rng.choices(range(days), weights=day_weight)[0]
         hour = rng.choices(range(24), weights=hours)[0]
         submit = day * DAY + hour * 3600.0 + rng.uniform(0, 3600.0)
@@ -124,10 +131,30 @@ def generate(
         "max_daily_load": max(daily),
         "days_over_150pct": sum(1 for v in daily if v > 1.5),
         "sizes": dict(sorted(sizes_count.items())),
+        "small_teams": {
+            t: n for t, n in sorted(Counter(j.team for j in out).items()) if t not in kinds
+        },
         "one_gpu_share": sizes_count[1] / len(out),
         "checkpointable_share": sum(j.checkpointable for j in out) / len(out),
     }
     return out, summary
+
+
+def _small_teams(rng: random.Random, count: int, first: int, days: int) -> list[TraceJob]:
+    """Jobs of ``count`` small teams (named after the big ones): each 3-30 jobs of 1-8 GPUs
+    in one burst of up to 2 hours on a working day."""
+    out: list[TraceJob] = []
+    _, _, scale = KINDS["train"]
+    working = [d for d in range(days) if d % 7 not in (5, 6)] or list(range(days))
+    for k in range(count):
+        team = f"team-{first + k + 1:02d}"
+        start = rng.choice(working) * DAY + rng.uniform(8, 16) * 3600.0
+        for _ in range(rng.randint(3, 30)):
+            gpus = rng.choice([1, 2, 4, 8])
+            duration = scale * rng.lognormvariate(math.log(900.0), 1.8)
+            submit = start + rng.uniform(0, 2 * 3600.0)
+            out.append(TraceJob(len(out) + 1, submit, duration, gpus, team))
+    return out
 
 
 def write_csv(jobs: list[TraceJob], path: Path) -> None:
@@ -148,10 +175,12 @@ def main() -> None:
     parser.add_argument("--days", type=int, default=60)
     parser.add_argument("--load", type=float, default=0.75)
     parser.add_argument("--seed", type=int, default=2024)
+    parser.add_argument("--small-teams", type=int, default=3)
     args = parser.parse_args()
     jobs, summary = generate(
-        jobs=args.jobs, teams=args.teams, days=args.days, load=args.load, seed=args.seed
-    )
+        jobs=args.jobs, teams=args.teams, days=args.days, load=args.load, seed=args.seed,
+        small_teams=args.small_teams,
+    )  # fmt: skip
     write_csv(jobs, Path(args.out))
     print(summary)
 
