@@ -276,3 +276,22 @@ def test_state_gives_a_requeued_job_the_gpu_seconds_it_ran_and_the_spare_order_s
     )
     dispatch.schedule_cycle()
     assert seen == {"order": "las"}
+
+
+def test_the_job_page_says_which_jobs_stop_to_give_the_guarantee_back(
+    client, member, team, outsider, other_team, quotas, sent
+):
+    # nlp (8 guaranteed of 16 H100) fills the fleet: its second 8-GPU job borrows vision's.
+    for _ in range(2):
+        services.job_submit(actor=outsider, team=other_team, argv=["true"],
+                            gpu_model=quotas[0].gpu_model, gpu_count=8,
+                            max_runtime_seconds=36_000)  # fmt: skip
+    assert len(dispatch.schedule_cycle().placed) == 2
+    mine = _submit(member, team, gpu_model=quotas[0].gpu_model, gpu_count=4)
+    dispatch.schedule_cycle()
+    mine.refresh_from_db()
+    assert mine.status == JobStatus.QUEUED and mine.pending_reason == "reclaiming_guarantee"
+    client.force_login(member)
+    page = client.get(f"/jobs/{mine.pk}/").content.decode()
+    assert "Reclaiming your guarantee: 1 job of team nlp stops in 30 min." in page
+    assert 'data-testid="estimated-start">Estimated start' in page

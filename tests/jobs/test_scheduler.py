@@ -275,14 +275,21 @@ def test_checkpointable_victim_preferred_and_loses_nothing():
     assert [(p.job_id, p.gpu_seconds_lost) for p in d.preemptions] == [(11, 0.0)]
 
 
-def test_a_job_preempted_max_times_is_protected():
+def test_a_job_preempted_max_times_yields_last_but_never_blocks_a_reclaim():
     protected = RunningJob(10, "nlp", H100, tuple(range(8)), NOW - 9000, 3600.0,
                            PriorityClass.OVER_QUOTA, True, checkpointable=True,
                            preemptions=2)  # fmt: skip
     state = ClusterState(NOW, fleet(1, 8), [job(1, count=2)], [protected], quotas=quotas(g=4))
-    assert schedule(state).preemptions == []
-    cfg = SchedulerConfig(max_preemptions_per_job=3)
-    assert len(schedule(state, "fairshare", cfg).preemptions) == 1
+    assert schedule(state).preemptions == []  # outside the bounds: not before its patience
+    state.queued = [job(1, count=2, age=600)]
+    # the only over-quota work left: it stops, the guarantee comes back
+    assert [p.job_id for p in schedule(state).preemptions] == [10]
+    # beside a victim within the bounds, the protected job is spared
+    other = RunningJob(11, "nlp", H100, tuple(range(8, 16)), NOW - 2000, 3600.0,
+                       PriorityClass.OVER_QUOTA, True, checkpointable=True)  # fmt: skip
+    state = ClusterState(NOW, fleet(2, 8), [job(1, count=2)], [protected, other],
+                         quotas=quotas(g=4))  # fmt: skip
+    assert [p.job_id for p in schedule(state).preemptions] == [11]
 
 
 def test_no_preemption_unless_the_waiting_job_then_starts_at_once():
@@ -313,15 +320,32 @@ def test_victims_chosen_on_the_one_node_that_frees_the_gang():
     assert set(d.after_preemption[0].gpu_ids) == {4, 5, 6, 7}
 
 
-def test_no_preemption_that_throws_away_more_than_the_waiting_job_needs():
-    # 8 GPUs x 2.5 h would be lost for a 2-GPU hour: not worth it, unless the ratio allows.
+def test_the_loss_budget_chooses_victims_but_never_vetoes_a_reclaim():
+    # 8 GPUs x 2.5 h would be lost for a 2-GPU hour: no victim within the budget. The job
+    # first waits its patience for GPUs to come back by themselves, then the reclaim lands.
     run = [running(10, "nlp", range(8), started=NOW - 9000)]
-    state = ClusterState(NOW, fleet(1, 8), [job(1, count=2)], run, quotas=quotas(g=4))
-    assert schedule(state).preemptions == []
-    cfg = SchedulerConfig(preempt_max_lost_ratio=10.0)
-    assert [p.gpu_seconds_lost for p in schedule(state, "fairshare", cfg).preemptions] == [
+    young = ClusterState(NOW, fleet(1, 8), [job(1, count=2, age=60)], run, quotas=quotas(g=4))
+    assert schedule(young).preemptions == []
+    cfg = SchedulerConfig(preempt_max_lost_ratio=10.0)  # within a larger budget: at once
+    assert [p.gpu_seconds_lost for p in schedule(young, "fairshare", cfg).preemptions] == [
         8 * 9000.0
     ]
+    patient = ClusterState(NOW, fleet(1, 8), [job(1, count=2, age=600)], run, quotas=quotas(g=4))
+    d = schedule(patient)
+    assert [(p.job_id, p.gpu_seconds_lost) for p in d.preemptions] == [(10, 8 * 9000.0)]
+    assert d.after_preemption[0].job_id == 1
+
+
+def test_only_work_above_its_teams_guarantee_yields():
+    # nlp runs 4 GPUs, all within its guarantee of 4, though placed over quota when it held
+    # more: vision's guarantee must come from elsewhere (here nothing: no preemption).
+    run = [running(10, "nlp", range(4), started=NOW - 9000)]
+    state = ClusterState(NOW, fleet(1, 4), [job(1, count=2, age=3600)], run, quotas=quotas(g=4))
+    assert schedule(state).preemptions == []
+    run.append(running(11, "nlp", [4, 5], started=NOW - 9000))  # now 2 GPUs above it
+    state = ClusterState(NOW, fleet(1, 8), [job(1, count=4, age=3600)], run, quotas=quotas(g=4))
+    d = schedule(state)
+    assert len(d.preemptions) == 1 and d.after_preemption[0].job_id == 1
 
 
 def test_no_preemption_above_guarantee_or_in_baselines():
@@ -528,3 +552,20 @@ def test_pending_messages_count_gpus_in_the_right_number():
     assert gpu_count(1, H100) == f"1 {H100} GPU"
     assert gpu_count(12, H100) == f"12 {H100} GPUs"
     assert gpu_count(1, None) == "1 GPU of any model"
+
+
+def test_a_job_waiting_for_its_guarantee_is_told_who_stops_for_it_and_when():
+    run = [
+        running(10, "nlp", range(4), started=NOW - 600),
+        running(11, "audio", range(4, 8), started=NOW - 300),
+    ]
+    q = [TeamQuota("vision", H100, 8, 8), TeamQuota("nlp", H100, 0, 8),
+         TeamQuota("audio", H100, 0, 8)]  # fmt: skip
+    d = schedule(ClusterState(NOW, fleet(1, 8), [job(1, count=8)], run, quotas=q))
+    waiting = pending(d)[1]
+    assert d.preemptions == [] and waiting.reason == PendingReason.RECLAIMING_GUARANTEE
+    # audio's job has run 5 of its 30 minimum minutes: the last to become preemptible
+    assert waiting.message == (
+        "Reclaiming your guarantee: 1 job of team audio and 1 job of team nlp stop in 25 min."
+    )
+    assert waiting.estimated_start == NOW + 1500

@@ -25,13 +25,16 @@ Order of work in a ``fairshare`` cycle:
    ``SchedulerConfig.spare_order`` can order this pool instead by least attained service
    (Tiresias) or by highest response ratio (the team whose next job waited longest for its
    runtime).
-4. Preemption, bounded so a loaded cluster does not churn: only for a team's oldest job that
-   fits within its guarantee and does not fit in the free GPUs; only over-quota work of other
-   teams that has run ``preempt_min_runtime_seconds`` and was preempted fewer than
-   ``max_preemptions_per_job`` times; only when the freed GPUs (plus free ones) let the job
-   start at once (it is placed on them in ``Decision.after_preemption``); the victims chosen
-   lose the least GPU-time (a checkpointable job loses none). A victim is not restarted in the
-   cycle that stopped it.
+4. Guarantee reclaim (preemption): for a team's oldest job that fits within its guarantee and
+   does not fit in the free GPUs, over-quota work of other teams that has run
+   ``preempt_min_runtime_seconds`` stops, when the freed GPUs (plus free ones) let the job
+   start at once (it is placed on them in ``Decision.after_preemption``). The bounds choose
+   the victims, they never veto the reclaim: victims preempted fewer than
+   ``max_preemptions_per_job`` times and losing together at most ``preempt_max_lost_ratio``
+   times the waiting job's work come first; only when no such set frees the GPUs are others
+   taken, still the least GPU-time lost first (a checkpointable job loses none). A victim is
+   not restarted in the cycle that stopped it. A gang that needs one whole node drains one
+   ahead (see ``_drain``): no over-quota work starts there while it waits.
 
 ``fifo`` and ``sjf`` are baselines: first-fit in submit order / shortest ``max_runtime`` first,
 respecting quota limits, no guarantees, no fair share, no preemption.
@@ -94,11 +97,16 @@ class SchedulerConfig:
     preemption_enabled: bool = True
     # A job runs at least this long before it may be preempted (Slurm's PreemptExemptTime).
     preempt_min_runtime_seconds: float = 1800.0
-    # A job preempted this many times is not preempted again.
+    # A job preempted this many times is preempted again only when no other victims can free
+    # the GPUs a guarantee needs back.
     max_preemptions_per_job: int = 2
-    # Never throw away more GPU-time than this times what the waiting job asked for
-    # (GPUs x max runtime): a notebook does not stop a day-old 64-GPU training run.
+    # Victims throwing away at most this times what the waiting job asked for (GPUs x max
+    # runtime) come first: a notebook stops a day-old 64-GPU training run only when nothing
+    # cheaper frees its guaranteed GPUs.
     preempt_max_lost_ratio: float = 0.5
+    # A job within its guarantee waits this long for GPUs to come back by themselves before
+    # victims outside the bounds above are stopped for it (within them: at once).
+    reclaim_patience_seconds: float = 600.0
     # Time a preempted job gets to stop (SIGTERM -> SIGKILL); used for estimates only.
     grace_seconds: float = 30.0
     # Write a message and an estimated start for every pending job. The replayer turns it
@@ -159,6 +167,7 @@ class Engine(PreemptionMixin, ExplainMixin):
         self.busy: set[int] = set()
         self.team_gpus: dict[str, int] = defaultdict(int)
         self.spread: dict[int, dict[str, int]] = {}  # running job -> GPUs per node
+        self.on_node: dict[str, set[int]] = defaultdict(set)  # node -> running jobs there
         self.preemptible: set[int] = set()  # running over-quota jobs outside reservations
         self.releases: dict[str, list[float]] = defaultdict(list)
         # Ends of the bookings holding GPUs now, per model: a job that waits for booked GPUs
@@ -235,7 +244,12 @@ class Engine(PreemptionMixin, ExplainMixin):
         self.busy.update(run.gpu_ids)
         self.team_gpus[run.team] += len(run.gpu_ids)
         if run.reservation_id is None:
+            before = self.quotas.room(run.team, run.model, guarantee=True)
             self.quotas.take(run.team, run.model, len(run.gpu_ids))
+            if before >= 0 > before - len(run.gpu_ids):
+                # The team goes above its guarantee: its older over-quota jobs may now yield,
+                # so a preemption that failed before may work (as when GPUs come back).
+                self.gained += 1
             self._caps_cache.pop(run.team, None)
             if self._is_preemptible(run):
                 self.preemptible.add(run.job_id)
@@ -248,6 +262,8 @@ class Engine(PreemptionMixin, ExplainMixin):
                 node = info[gid].node
                 spread[node] = spread.get(node, 0) + 1
             self.spread[run.job_id] = spread
+        for node in self.spread[run.job_id]:
+            self.on_node[node].add(run.job_id)
         if self.config.explain:  # release times serve start estimates only
             end = run.started_at + run.max_runtime
             releases = self.releases[run.model]
@@ -266,7 +282,8 @@ class Engine(PreemptionMixin, ExplainMixin):
             self.quotas.give(run.team, run.model, len(run.gpu_ids))
             self._caps_cache.pop(run.team, None)
             self.preemptible.discard(job_id)
-        del self.spread[job_id]
+        for node in self.spread.pop(job_id):
+            self.on_node[node].discard(job_id)
         if self.config.explain:
             end = run.started_at + run.max_runtime
             releases = self.releases[run.model]
@@ -333,10 +350,14 @@ class Engine(PreemptionMixin, ExplainMixin):
             self._reservations()
         if self.policy == "fairshare":
             self._by_order(GUARANTEE)
+            withheld = self._drain() if self.pool.free_count else []
             self._spare()
+            if withheld:
+                self.pool.give(withheld)
             # GPUs that preemptions free beyond what the waiting job takes were not offered
-            # to anyone: the next cycle must look at every team again.
-            mark = self.gained
+            # to anyone: the next cycle must look at every team again. So were GPUs held
+            # back from the spare pass for a draining node.
+            mark = None if withheld else self.gained
             if self.config.preemption_enabled and self.preemptible:
                 self._preempt()
         else:
@@ -597,6 +618,84 @@ class Engine(PreemptionMixin, ExplainMixin):
         now_share = self.team_gpus[team] / self.total_capacity
         aging = self.config.aging_per_hour / 3600.0
         return (history + now_share) / weight - aging * (self.now - submitted_at)
+
+    def _drain(self) -> list[int]:
+        """Lead-time draining for guarantees that need room: for each team's oldest job within
+        its guarantee that does not fit in the free GPUs, hold free GPUs back from the spare
+        pass (over-quota work) so they add up instead of being lent again. A job that needs
+        one node gets the node that will have room soonest (free GPUs now, over-quota work of
+        other teams once it may be preempted, the rest at its runtime limit); a job that may
+        span nodes gets free GPUs of its model up to its size. Recomputed every cycle from the
+        state alone. Returns the GPUs held back (the caller gives them back)."""
+        withheld: list[int] = []
+        taken: set[str] = set()
+        pool = self.pool
+        for team in sorted(self.buckets):
+            if self._caps(team, GUARANTEE) is None:
+                continue
+            cand = self._candidate(team, GUARANTEE, fitting=False)
+            if cand is None:
+                continue
+            job, model = cand.job, cand.model
+            # A job of any model on a fleet of several may turn to another model next cycle
+            # (free GPUs order them): holding one model's GPUs back for it could strand both.
+            if pool.fits(model, job.gpu_count, job.same_node) or (
+                job.gpu_model is None and len(pool.models) > 1
+            ):
+                continue
+            if job.same_node:
+                node = self._drain_node(job, model, taken)
+                if node is None:
+                    continue
+                taken.add(node)
+                ids = list(pool.free[model].get(node, ()))
+            else:
+                ids = []
+                by_size = sorted(pool.free[model].items(), key=lambda kv: (-len(kv[1]), kv[0]))
+                for node, free in by_size:
+                    if node in taken or not free:
+                        continue
+                    taken.add(node)
+                    ids.extend(free[: job.gpu_count - len(ids)])
+                    if len(ids) >= job.gpu_count:
+                        break
+            if ids:
+                pool.take(ids)
+                withheld.extend(ids)
+        return withheld
+
+    def _drain_node(self, job: QueuedJob, model: str, taken: set[str]) -> str | None:
+        """The node of ``model`` (big enough, not drained for another job) where ``job`` would
+        find room soonest; ties: the most free GPUs now, then the name."""
+        pool, running, now = self.pool, self.running, self.now
+        min_runtime = self.config.preempt_min_runtime_seconds
+        best = None
+        for node, free in pool.free[model].items():
+            if node in taken or pool.node_size[model, node] < job.gpu_count:
+                continue
+            have = len(free)
+            releases = []
+            for jid in self.on_node.get(node, ()):
+                r = running[jid]
+                if r.model != model:
+                    continue
+                if jid in self.preemptible and r.team != job.team:
+                    at = max(now, r.started_at + min_runtime)
+                else:
+                    at = r.started_at + r.max_runtime
+                releases.append((at, self.spread[jid][node]))
+            ready = now
+            if have < job.gpu_count:
+                ready = math.inf
+                for at, n in sorted(releases):
+                    have += n
+                    if have >= job.gpu_count:
+                        ready = at
+                        break
+            key = (ready, -len(free), node)
+            if best is None or key < best:
+                best = key
+        return best[2] if best is not None and best[0] < math.inf else None
 
     def _spare(self) -> None:
         """The GPUs left, in ``config.spare_order``: by default the lowest effective share

@@ -44,6 +44,9 @@ class ExplainMixin:
                 reason, message = self._why(job, fits_cache)
             else:
                 reason, message = pending.reason, pending.message
+                if pending.estimated_start is not None:  # a reclaim knows when it lands
+                    append(pending)
+                    continue
             shape = (job.gpu_model, job.gpu_count)
             if shape not in estimates:
                 estimates[shape] = self._estimate(job)

@@ -1,6 +1,9 @@
-"""Preemption a loaded cluster can live with (see core's docstring, step 4): bounded by a
-minimum runtime, a cap per job and a loss budget, only when the waiting job starts at once,
-victims losing the least GPU-time. A mixin of ``Engine``: it reads the engine's state."""
+"""Guarantee reclaim (see core's docstring, step 4): a job within its team's unused guarantee
+gets the over-quota GPUs of other teams back once those jobs have run their minimum runtime.
+The bounds (the loss budget, the cap on preemptions per job) choose *which* victims: victims
+within them are taken first, and only when no such set frees the GPUs are the others taken,
+cheapest first, so a bound never vetoes a reclaim. Only when the waiting job then starts at
+once, victims losing the least GPU-time. A mixin of ``Engine``: it reads the engine's state."""
 
 from __future__ import annotations
 
@@ -23,18 +26,26 @@ class PreemptionMixin:
             return 0.0
         return len(run.gpu_ids) * max(0.0, self.now - run.started_at)
 
+    def _excess(self, team: str, model: str) -> int:
+        """GPUs of ``model`` the team holds beyond its guarantee (under the quota rule)."""
+        return -self.quotas.room(team, model, guarantee=True)
+
     def _preempt(self) -> None:
         skip = self._no_preemption
         if skip is not None and skip[0] == self.version and self.now < skip[1]:
             return
         version_before = self.version
+        # A team left out below still wants a retry when its own time comes.
+        later = math.inf
         if self.gained == self._gain_mark:
             # No GPU came back: a team that changed nothing keeps its failed candidate.
-            teams = [
-                t
-                for t in self.buckets
-                if t in self._dirty or self._team_retry.get(t, math.inf) <= self.now
-            ]
+            teams = []
+            for t in self.buckets:
+                at = self._team_retry.get(t, math.inf)
+                if t in self._dirty or at <= self.now:
+                    teams.append(t)
+                else:
+                    later = min(later, at)
         else:
             teams = list(self.buckets)  # the heap below orders them
         heap = [
@@ -44,7 +55,8 @@ class PreemptionMixin:
         ]
         self.eligible = None
         self._next_eligible = math.inf
-        preempted, retry = False, math.inf
+        self._patience_until = math.inf
+        preempted, retry = False, later
         heapq.heapify(heap)
         while heap:
             key, team = heapq.heappop(heap)
@@ -72,14 +84,14 @@ class PreemptionMixin:
                 continue
             if self.eligible is None:
                 self._collect_victims()
-            if not self.eligible or not self._preempt_for(cand):
-                self._preempt_failed[cand.job.job_id] = (
-                    self.gained,
-                    self._next_eligible,
-                    cand.model,
-                )
-                retry = min(retry, self._next_eligible)
-                self._team_retry[team] = self._retry_at(cand, self._next_eligible)
+            self._patience_until = math.inf
+            if not (self.eligible or self.protected) or not self._preempt_for(cand):
+                if self.config.explain:
+                    self._explain_reclaim(cand)
+                until = min(self._next_eligible, self._patience_until)
+                self._preempt_failed[cand.job.job_id] = (self.gained, until, cand.model)
+                retry = min(retry, until)
+                self._team_retry[team] = self._retry_at(cand, until)
                 continue  # the team's oldest job cannot start by preempting; try no further
             preempted = True
             cand = self._candidate(team, GUARANTEE, fitting=False)
@@ -87,6 +99,65 @@ class PreemptionMixin:
                 heapq.heappush(heap, (cand.key, team))
         if not preempted and self.version == version_before:
             self._no_preemption = (self.version, retry)
+
+    def _explain_reclaim(self, cand: Candidate) -> None:
+        """Tell a job within its guarantee which jobs stop for it and when: the over-quota
+        jobs of other teams (on the node that will have room soonest, for a job that needs
+        one node) in the order they may be preempted, until the job fits; then, if that is
+        not enough, the others by their runtime limit."""
+        job, model, now = cand.job, cand.model, self.now
+        cfg = self.config
+        min_runtime = cfg.preempt_min_runtime_seconds
+        patience_at = job.submitted_at + cfg.reclaim_patience_seconds
+        budget = cfg.preempt_max_lost_ratio * job.gpu_count * job.max_runtime
+        if job.same_node:
+            node = self._drain_node(job, model, set())
+            if node is None:
+                return
+            have = len(self.pool.free[model].get(node, ()))
+            jobs = [(j, self.spread[j][node]) for j in self.on_node.get(node, ())]
+        else:
+            have = self.pool.total.get(model, 0)
+            jobs = [(j, len(self.running[j].gpu_ids)) for j in self.running]
+        releases = []
+        for jid, n in jobs:
+            r = self.running[jid]
+            if r.model != model:
+                continue
+            stops = jid in self.preemptible and r.team != job.team
+            if stops and self._excess(r.team, model) > 0:
+                at = max(now, r.started_at + min_runtime)
+                if not r.checkpointable and n * (at - r.started_at) > budget:
+                    at = max(at, patience_at)  # outside the bounds: after the job's patience
+                releases.append((min(at, r.started_at + r.max_runtime), True, r.team, n))
+            else:
+                releases.append((r.started_at + r.max_runtime, False, r.team, n))
+        victims: dict[str, int] = {}
+        natural, when = 0, now
+        for at, stops, team, n in sorted(releases):
+            if have >= job.gpu_count:
+                break
+            have += n
+            when = at
+            if stops:
+                victims[team] = victims.get(team, 0) + 1
+            else:
+                natural += 1
+        if have < job.gpu_count or not victims:
+            return
+        who = " and ".join(
+            f"{n} job{'s' if n != 1 else ''} of team {team}" for team, n in sorted(victims.items())
+        )
+        minutes = math.ceil((when - now) / 60)
+        verb = "stops" if sum(victims.values()) == 1 else "stop"
+        message = f"Reclaiming your guarantee: {who} {verb} " + (
+            f"in {minutes} min." if minutes > 0 else "now."
+        )
+        if natural:
+            message += f" {natural} more end{'s' if natural == 1 else ''} by its runtime limit."
+        self.explained[job.job_id] = Pending(
+            job.job_id, PendingReason.RECLAIMING_GUARANTEE, message[:500], when
+        )
 
     def _retry_at(self, cand: Candidate, eligible_at: float) -> float:
         """When the team of a candidate that failed to preempt must be looked at again even if
@@ -101,38 +172,61 @@ class PreemptionMixin:
         cfg = self.config
         now, running = self.now, self.running
         most, min_runtime = cfg.max_preemptions_per_job, cfg.preempt_min_runtime_seconds
-        keyed, loss, next_eligible = [], {}, math.inf
+        keyed, protected, loss, next_eligible = [], [], {}, math.inf
         for j in self.preemptible:
             r = running[j]
-            if r.preemptions >= most:
-                continue
+            if self._excess(r.team, r.model) <= 0:
+                continue  # the team is within its guarantee now: nothing of it yields
             started = r.started_at
             ready = started + min_runtime
             if started < now and ready <= now:
                 lost = loss[j] = self._lost(r)
-                keyed.append((lost, len(r.gpu_ids), -started, j, r))
+                entry = (lost, len(r.gpu_ids), -started, j, r)
+                (protected if r.preemptions >= most else keyed).append(entry)
             else:
                 next_eligible = min(next_eligible, max(ready, started + 1e-6))
-        # Least GPU-time lost first, then fewest GPUs, youngest, lowest id (unique).
+        # Least GPU-time lost first, then fewest GPUs, youngest, lowest id (unique); jobs
+        # preempted the most times already come after all others.
         keyed.sort()
+        protected.sort()
         self._loss = loss
         self.eligible = [k[4] for k in keyed]
+        self.protected = [k[4] for k in protected]
         self._next_eligible = next_eligible
 
     def _preempt_for(self, cand: Candidate) -> bool:
         """Stop the victims that let ``cand`` start now and place it; False (nothing changed)
-        when no set of victims within the loss budget frees enough GPUs."""
-        job, model = cand.job, cand.model
+        when no set of eligible victims frees enough GPUs. Victims within the bounds first
+        (unprotected, losing at most the budget), else any eligible ones, cheapest first."""
+        job = cand.job
         # GPU-seconds the victims may lose together, relative to the work the job brings.
         budget = self.config.preempt_max_lost_ratio * job.gpu_count * job.max_runtime
+        chosen = self._victims(cand, budget)
+        patience_at = job.submitted_at + self.config.reclaim_patience_seconds
+        if chosen is None and self.now < patience_at:
+            self._patience_until = min(self._patience_until, patience_at)
+        elif chosen is None:
+            saved = self.eligible
+            self.eligible = sorted(
+                [*saved, *self.protected],
+                key=lambda r: (self._loss[r.job_id], len(r.gpu_ids), -r.started_at, r.job_id),
+            )
+            try:
+                chosen = self._victims(cand, math.inf)
+            finally:
+                self.eligible = saved
+        if not chosen:
+            return False
+        return self._preempt_and_place(cand, chosen)
+
+    def _victims(self, cand: Candidate, budget: float) -> list[RunningJob] | None:
+        job, model = cand.job, cand.model
         chosen: list[RunningJob] | None = None
         if job.same_node or job.gpu_count <= self.pool.largest[model]:
             chosen = self._victims_on_one_node(cand, budget)
         if chosen is None and not job.same_node:
             chosen = self._victims_across_nodes(cand, budget)
-        if not chosen:
-            return False
-        return self._preempt_and_place(cand, chosen)
+        return chosen
 
     def _victims_on_one_node(self, cand: Candidate, budget: float) -> list[RunningJob] | None:
         """The cheapest node's victims: per node its free GPUs plus the cheapest victims
@@ -141,7 +235,7 @@ class PreemptionMixin:
         count = cand.job.gpu_count
         best = None
         for node in sorted(need):
-            have, cost, picked = need[node]
+            have, cost, picked, _ = need[node]
             if have >= count and cost <= budget and (best is None or (cost, len(picked)) < best[0]):
                 best = ((cost, len(picked)), picked)
         return best[1] if best else None
@@ -162,9 +256,15 @@ class PreemptionMixin:
                 state = need.get(node)
                 if state is None:
                     have = len(self.pool.free[model].get(node, ()))
-                    state = need[node] = [have, 0.0, []]
+                    state = need[node] = [have, 0.0, [], {}]
                 if state[0] >= count or state[1] > budget:
                     continue
+                # Only work above its team's guarantee yields: stop taking from a team once
+                # the victims taken would bring it down to its guarantee.
+                taken = state[3].get(r.team, 0)
+                if self._excess(r.team, model) - taken <= 0:
+                    continue
+                state[3][r.team] = taken + len(r.gpu_ids)
                 state[0] += n
                 state[1] += lost[r.job_id]
                 state[2].append(r)
@@ -177,11 +277,15 @@ class PreemptionMixin:
         count = job.gpu_count
         lost = self._loss
         free, cost, chosen = self.pool.total.get(model, 0), 0.0, []
+        taken: dict[str, int] = {}
         for r in self.eligible:
             if free >= count or cost > budget:
                 break
             if r.model != model or r.team == job.team:
                 continue
+            if self._excess(r.team, model) - taken.get(r.team, 0) <= 0:
+                continue
+            taken[r.team] = taken.get(r.team, 0) + len(r.gpu_ids)
             chosen.append(r)
             free += len(r.gpu_ids)
             cost += lost[r.job_id]
@@ -202,6 +306,7 @@ class PreemptionMixin:
             return False
         gone = {r.job_id for r in chosen}
         self.eligible = [r for r in self.eligible if r.job_id not in gone]
+        self.protected = [r for r in self.protected if r.job_id not in gone]
         for r in chosen:
             self.decision.preemptions.append(Preemption(r.job_id, job.job_id, self._loss[r.job_id]))
         self._place(Candidate(cand.key, job, model, picks), False, after_preemption=True)

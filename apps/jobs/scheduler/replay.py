@@ -242,6 +242,16 @@ class _Replay:
         self.queue: dict[int, QueuedJob] = {}
         self.running: dict[int, RunningJob] = {}
         self.ends: list[tuple[float, int, int]] = []  # (end time, job id, attempt)
+        # (time an over-quota attempt may be preempted, job id, attempt): while a team is below
+        # its guarantee with work queued, the replay runs a cycle then, as the live cycle
+        # (every minute) would, so a reclaim lands when the victims' minimum runtime is up
+        # and not only at the next arrival or end.
+        self.wakes: list[tuple[float, int, int]] = []
+        self.reclaims = (
+            policy == "fairshare"
+            and config.preemption_enabled
+            and any(q.guaranteed > 0 for q in quotas)
+        )
         self.gpu_seconds: dict[str, float] = defaultdict(float)
         self.model_seconds: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0.0])
         self.preemptions = 0
@@ -321,6 +331,9 @@ class _Replay:
         rec.final_start = at
         # The attempt number tells a stale end (of an attempt since preempted) from this one.
         heapq.heappush(self.ends, (at + j.duration - rec.done, j.job_id, rec.attempts))
+        if self.reclaims and run.over_quota:
+            eligible = at + self.config.preempt_min_runtime_seconds
+            heapq.heappush(self.wakes, (eligible, j.job_id, rec.attempts))
         self.meter.change(j.team, j.gpus, at)
         self.held[j.team] += j.gpus
         self.book.take(j.team, run.model, j.gpus)
@@ -357,7 +370,7 @@ class _Replay:
         arrivals = self.arrivals
         arriving = [self.records[j.job_id] for j in arrivals]
         count = len(arrivals)
-        ends, records = self.ends, self.records
+        ends, records, wakes = self.ends, self.records, self.wakes
         below, below_seconds = self.below, self.below_seconds
         running, enqueue, stop = self.running, self.enqueue, self.stop
         heappop, inf = heapq.heappop, math.inf
@@ -368,6 +381,8 @@ class _Replay:
             t = arrivals[i].submit if i < count else inf
             if ends and ends[0][0] < t:
                 t = ends[0][0]
+            if below and wakes:
+                t = self._next_wake(t)
             if t < now:
                 t = now
             for team in below:
@@ -385,6 +400,10 @@ class _Replay:
                 rec = arriving[i]
                 rec.within_guarantee = self.within_guarantee(rec.job)
                 enqueue(rec)
+                if rec.within_guarantee and self.reclaims:
+                    # attempt 0: wake while the job still waits, when its patience is up
+                    patience = now + self.config.reclaim_patience_seconds
+                    heapq.heappush(wakes, (patience, rec.job.job_id, 0))
                 i += 1
             self.next_arrival = i
             if self.queue:
@@ -394,6 +413,23 @@ class _Replay:
             events += 1
             if progress is not None and events % PROGRESS_EVERY_EVENTS == 0:
                 progress(i / count)
+
+    def _next_wake(self, t: float) -> float:
+        """The earlier of ``t`` and the next time a running over-quota attempt becomes
+        preemptible or a waiting within-guarantee job's patience is up (past ones, and those of
+        attempts since stopped or jobs since started, are dropped)."""
+        wakes, running, records, now = self.wakes, self.running, self.records, self.now
+        queue = self.queue
+        while wakes:
+            when, job_id, attempt = wakes[0]
+            if when > now and (
+                (job_id in queue and records[job_id].attempts == 0)
+                if attempt == 0
+                else (job_id in running and records[job_id].attempts == attempt)
+            ):
+                return min(t, when)
+            heapq.heappop(wakes)
+        return t
 
     def cycle(self) -> None:
         decision = self._decide()

@@ -26,6 +26,8 @@ class PendingReason(StrEnum):
     RESERVED = "reserved"  # free GPUs are booked by other teams before the job could end
     RESERVATION_NOT_ACTIVE = "reservation_not_active"  # its reservation has not started / ended
     WAITING_FOR_PREEMPTION = "waiting_for_preemption"  # preempted jobs are being stopped for it
+    # within its guarantee: over-quota jobs of other teams stop for it once they may
+    RECLAIMING_GUARANTEE = "reclaiming_guarantee"
 
 
 @dataclass(frozen=True, slots=True)
