@@ -8,7 +8,13 @@ from django.urls import reverse
 from apps.jobs.choices import WhatIfStatus
 from apps.jobs.models import WhatIfRun
 from apps.jobs.scheduler import POLICIES
-from apps.jobs.whatif import WINDOWS, QuotaProposal, current_quotas, whatif_run_start
+from apps.jobs.whatif import (
+    WINDOWS,
+    QuotaProposal,
+    current_quotas,
+    team_changes,
+    whatif_run_start,
+)
 from apps.teams.permissions import is_platform_admin
 from apps.teams.services import quota_numbers_check
 from portal.plotting import LAYOUT, figure_json
@@ -93,6 +99,7 @@ def what_if_view(request):
         return redirect(f"{reverse('jobs:what-if')}?run={run.pk}")
     if run is not None and run.status == WhatIfStatus.DONE:
         result = context["result"] = run.result
+        context["changes"] = team_changes(result)
         if result["teams"] and not result["too_few_jobs"] and not result["nobody_waited"]:
             context["figure"] = _wait_figure(result["teams"])
     return render(request, "jobs/what_if.html", context)

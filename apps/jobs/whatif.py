@@ -202,6 +202,26 @@ def what_if(
     }
 
 
+# How the page names a team's ``change`` (``team_metrics.compare_teams``), in the order it
+# lists the teams: the ones a proposal hurts first.
+CHANGES = {"worse": "Worse off", "better": "Better off", "same": "About the same"}
+
+
+def team_changes(result: dict) -> dict | None:
+    """A run's teams by what its proposal does to them: ``rows`` (worse off first, then
+    better off, then about the same, each by team) and the team names of each ``change``.
+    None for a result without per-team changes (stored before runs compared teams)."""
+    rows = [row for row in result.get("teams", []) if row.get("change") in CHANGES]
+    if not rows:
+        return None
+    order = list(CHANGES)
+    rows = sorted(rows, key=lambda row: (order.index(row["change"]), row["team"]))
+    return {
+        "rows": [row | {"change_label": CHANGES[row["change"]]} for row in rows],
+        **{change: [row["team"] for row in rows if row["change"] == change] for change in CHANGES},
+    }
+
+
 def whatif_run_start(
     *, actor, proposed: list[QuotaProposal], window: str, policy: str
 ) -> WhatIfRun:

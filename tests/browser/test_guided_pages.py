@@ -271,3 +271,31 @@ def test_what_if_shows_the_progress_of_a_run_it_is_waiting_for(login_as, job_his
     whatif_run_execute(run_id=run.pk)
     expect(page.get_by_test_id("whatif-result")).to_be_visible()
     assert page.evaluate("window.__stillTheSamePage") is None
+
+
+def test_what_if_tells_the_admin_which_teams_a_proposal_leaves_better_or_worse_off(
+    login_as, job_history, replay_worker
+):
+    page = login_as("admin")
+    page.goto("/jobs/what-if/")
+    # vision may take the whole H100 fleet; nlp keeps only 4 GPUs.
+    page.get_by_label(f"Guaranteed for vision {H100}").fill("8")
+    page.get_by_label(f"Limit for vision {H100}").fill("16")
+    page.get_by_label(f"Guaranteed for nlp {H100}").fill("4")
+    page.get_by_label(f"Limit for nlp {H100}").fill("4")
+    page.get_by_role("button", name="Replay").click()
+    page.wait_for_url("**/jobs/what-if/?run=*")
+    table = page.get_by_role("table", name="Who the proposal leaves better or worse off")
+    expect(table).to_be_visible()
+    expect(page.get_by_test_id("whatif-verdict")).to_contain_text("Worse off: nlp.")
+    expect(page.get_by_test_id("whatif-verdict")).to_contain_text("Better off: vision.")
+    rows = table.locator("tbody tr")
+    expect(rows.first.locator("td").nth(0)).to_have_text("nlp")  # the team it hurts first
+    nlp = table.locator('tr[data-team="nlp"] td')
+    expect(nlp.nth(1)).to_have_text("Worse off")
+    vision = table.locator('tr[data-team="vision"] td')
+    expect(vision.nth(1)).to_have_text("Better off")
+    # vision's average JCT falls, nlp's grows (hours, now then proposed).
+    vision_now, vision_then = (float(vision.nth(k).inner_text()) for k in (2, 3))
+    nlp_now, nlp_then = (float(nlp.nth(k).inner_text()) for k in (2, 3))
+    assert vision_then < vision_now and nlp_then > nlp_now

@@ -101,6 +101,38 @@ def test_the_run_says_which_teams_a_proposal_leaves_better_or_worse_off(
     assert overall["before"]["teams_worse_off_than_alone"] == []
 
 
+def test_the_page_lists_the_teams_worse_off_first_then_those_better_off(
+    client, platform_admin, history
+):
+    client.force_login(platform_admin)
+    html = replay(client, form()).content.decode()
+    assert (
+        '<p data-testid="whatif-verdict">Worse off: nlp. Better off: vision. '
+        "About the same: no team.</p>" in html
+    )
+    table = html.split('data-testid="whatif-better-worse"', 1)[1].split("</table>", 1)[0]
+    body = table.split("<tbody>", 1)[1]
+    assert body.index('data-team="nlp"') < body.index('data-team="vision"')
+    nlp = body.split('data-team="nlp"', 1)[1].split("</tr>", 1)[0]
+    assert 'data-change="worse" class="warn"><td>nlp</td><td>Worse off</td>' in nlp
+    vision = body.split('data-team="vision"', 1)[1].split("</tr>", 1)[0]
+    assert "<td>vision</td><td>Better off</td>" in vision
+
+
+def test_a_result_stored_before_runs_compared_teams_shows_no_comparison(
+    client, platform_admin, history
+):
+    client.force_login(platform_admin)
+    response = replay(client, form())
+    run = response.context["run"]
+    result = dict(run.result)
+    result["teams"] = [{k: v for k, v in row.items() if k != "change"} for row in result["teams"]]
+    WhatIfRun.objects.filter(pk=run.pk).update(result=result)
+    html = client.get(f"/jobs/what-if/?run={run.pk}").content.decode()
+    assert 'data-testid="whatif-result"' in html
+    assert 'data-testid="whatif-better-worse"' not in html
+
+
 def test_bad_quota_numbers_are_refused_inline(client, platform_admin, history):
     client.force_login(platform_admin)
     response = client.post("/jobs/what-if/", form(**{"g-0": "20", "l-0": "16"}))
