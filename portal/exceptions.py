@@ -42,6 +42,10 @@ class PolicyRefusal(ApplicationError):
     status_code = status.HTTP_403_FORBIDDEN
 
 
+# How long a client told "briefly unavailable" (503) waits before asking again (Retry-After).
+RETRY_AFTER_SECONDS = 30
+
+
 class ServiceUnavailable(drf_exceptions.APIException):
     """A service the request needs is down: 503 with Retry-After (DRF sends `wait` as it)."""
 
@@ -49,7 +53,7 @@ class ServiceUnavailable(drf_exceptions.APIException):
     default_detail = "The service is briefly unavailable; try again shortly."
     default_code = "unavailable"
 
-    def __init__(self, detail: str | None = None, *, wait: int = 30) -> None:
+    def __init__(self, detail: str | None = None, *, wait: int = RETRY_AFTER_SECONDS) -> None:
         super().__init__(detail)
         self.wait = wait
 

@@ -15,6 +15,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from apps.fleet.selectors import fleet_summary
 from portal.celery import app as celery_app
+from portal.exceptions import RETRY_AFTER_SECONDS
 from portal.permissions import metrics_allowed
 from portal.request_limits import API_PREFIX, refusal
 
@@ -83,13 +84,17 @@ def run_health_checks(timeout: float = HEALTH_CHECK_SECONDS) -> dict[str, str]:
 
 @never_cache
 def healthz_view(request):
-    """200 when the database, the broker and the cache answer, else 503 naming what is down."""
+    """200 when the database, the broker and the cache answer, else 503 naming what is down
+    (with Retry-After, as every 503 of the portal)."""
     checks = run_health_checks()
     healthy = all(value == "ok" for value in checks.values())
-    return JsonResponse(
+    response = JsonResponse(
         {"status": "ok" if healthy else "degraded", "checks": checks},
         status=200 if healthy else 503,
     )
+    if not healthy:
+        response["Retry-After"] = str(RETRY_AFTER_SECONDS)
+    return response
 
 
 class FleetCollector:
