@@ -23,6 +23,7 @@ from apps.jobs.models import Job, JobAllocation
 from apps.reservations.choices import ReservationStatus
 from apps.reservations.models import Reservation, ReservationGpu
 from apps.teams.models import Quota
+from apps.teams.quota_rule import QuotaRow, QuotaRule
 
 CENT = Decimal("0.01")
 
@@ -117,13 +118,14 @@ def _in_use_now(team_ids, *, now: datetime) -> dict[tuple[int, int], int]:
     return used
 
 
-def _guarantees(team_ids) -> dict[tuple[int, int | None], int]:
-    return {
-        (team_id, model_id): guaranteed
-        for team_id, model_id, guaranteed in Quota.objects.filter(team_id__in=team_ids).values_list(
-            "team_id", "gpu_model_id", "guaranteed"
-        )
-    }
+def _quota_rule(team_ids) -> QuotaRule:
+    """The teams' quota rows, keyed by team and GPU model ids."""
+    return QuotaRule(
+        QuotaRow(team_id, model_id, guaranteed, limit)
+        for team_id, model_id, guaranteed, limit in Quota.objects.filter(
+            team_id__in=team_ids
+        ).values_list("team_id", "gpu_model_id", "guaranteed", "limit")
+    )
 
 
 def estimated_costs(jobs, *, now: datetime) -> dict[int, dict]:
@@ -135,7 +137,10 @@ def estimated_costs(jobs, *, now: datetime) -> dict[int, dict]:
         return {}
     team_ids = {j.team_id for j in waiting}
     used = _in_use_now(team_ids, now=now)
-    guaranteed = _guarantees(team_ids)
+    held_all: dict[int, int] = defaultdict(int)
+    for (team_id, _), n in used.items():
+        held_all[team_id] += n
+    rule = _quota_rule(team_ids)
     prices = RateBook(start=now, end=now + timedelta(seconds=1))
     models = list(GpuModel.objects.values_list("pk", "name"))
     result = {}
@@ -143,13 +148,16 @@ def estimated_costs(jobs, *, now: datetime) -> dict[int, dict]:
         candidates = [(job.gpu_model_id, job.gpu_model.name)] if job.gpu_model_id else models
         best = None
         for model_id, name in candidates:
-            if (job.team_id, model_id) in guaranteed:
-                guarantee = guaranteed[(job.team_id, model_id)]
-                held = used.get((job.team_id, model_id), 0)
-            else:  # a quota across all models counts the team's GPUs of every model
-                guarantee = guaranteed.get((job.team_id, None), 0)
-                held = sum(n for (team_id, _), n in used.items() if team_id == job.team_id)
-            over_gpus = min(job.gpu_count, max(0, held + job.gpu_count - guarantee))
+            # The quota rule: what the team's guarantees leave of it (model row and any-model
+            # row alike); the rest of the job's GPUs are over quota.
+            room = rule.room(
+                job.team_id,
+                model_id,
+                used.get((job.team_id, model_id), 0),
+                held_all[job.team_id],
+                guarantee=True,
+            )
+            over_gpus = min(job.gpu_count, max(0, job.gpu_count - max(room, 0)))
             hours = job.gpu_count * job.max_runtime_seconds / 3600
             over_hours = over_gpus * job.max_runtime_seconds / 3600
             cost = prices.cost(name, hours=hours, over_hours=over_hours, at=now)

@@ -266,6 +266,21 @@ def test_estimate_under_a_quota_for_all_models_and_for_any_model(team, member, f
     assert figures[anywhere.pk]["estimated_cost_is_upper_bound"] is True
 
 
+def test_estimate_counts_over_quota_gpus_by_the_quota_rule_model_and_any_model_rows(
+    team, member, fleet, h100
+):
+    from apps.efficiency.selectors import estimated_costs
+    from apps.teams.models import Quota
+
+    RateCardFactory(gpu_model=h100, price_per_gpu_hour=Decimal("2.50"))
+    # The model row guarantees 4, but the any-model row only 2: both apply.
+    Quota.objects.create(team=team, gpu_model=h100, guaranteed=4, limit=8)
+    Quota.objects.create(team=team, gpu_model=None, guaranteed=2, limit=8)
+    waiting = JobFactory(team=team, submitted_by=member, gpu_model=h100, gpu_count=4)
+    figures = estimated_costs([waiting], now=timezone.now())
+    assert figures[waiting.pk]["estimated_over_quota_gpus"] == 2
+
+
 def test_booking_page_shows_its_efficiency_and_cost_to_its_team_only(
     scenario, team_admin, outsider, client
 ):
