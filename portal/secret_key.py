@@ -1,10 +1,19 @@
-"""What makes a production secret key acceptable.
+"""What makes a production secret key acceptable; the key of a development install; the
+commands that need none.
 
 Imported by the settings, so nothing here may import Django models or settings.
 """
 
 import math
+import os
 import re
+import secrets
+import tempfile
+from pathlib import Path
+
+# manage.py commands that serve no web traffic and sign nothing that outlives them: production
+# settings let them run without DJANGO_SECRET_KEY and DJANGO_ALLOWED_HOSTS.
+OFFLINE_COMMANDS = frozenset({"replay_trace"})
 
 SECRET_KEY_MIN_LENGTH = 32
 SECRET_KEY_MIN_DISTINCT = 10
@@ -84,3 +93,27 @@ def _strength(key: str) -> tuple[float, float]:
             and not _HEX.match(match["token"])
         )
     return bits, word_chars / len(key)
+
+
+def development_secret_key(folder: Path) -> str:
+    """The secret key of a development install (the demo): made once into `folder/secret_key`
+    (readable by its owner only) and read from there after, so restarting keeps everyone
+    signed in. Processes starting together agree: the first file linked into place wins."""
+    path = Path(folder) / "secret_key"
+    if not path.exists():
+        descriptor, temporary = tempfile.mkstemp(dir=folder, prefix=".secret_key.")
+        with os.fdopen(descriptor, "w") as handle:
+            handle.write(secrets.token_urlsafe(50) + "\n")
+        try:
+            os.link(temporary, path)
+        except FileExistsError:
+            pass
+        finally:
+            os.unlink(temporary)
+    return path.read_text().strip()
+
+
+def offline_command(argv: list[str]) -> bool:
+    """Whether this process is `manage.py` running one of OFFLINE_COMMANDS (read from the
+    command line, not the environment, so no setting can switch a web server to it)."""
+    return len(argv) > 1 and Path(argv[0]).name == "manage.py" and argv[1] in OFFLINE_COMMANDS

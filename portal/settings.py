@@ -1,9 +1,12 @@
 """Portal settings: one file, every deployment knob read from the environment.
 
 All variables are listed in `.env.example` and the README. Defaults give the embedded demo
-(SQLite under var/, filesystem broker); production sets DATABASE_URL, REDIS_URL and a secret.
+(SQLite and a broker in files, both under var/); production sets DATABASE_URL, REDIS_URL and a
+secret.
 """
 
+import secrets
+import sys
 from datetime import timedelta
 from pathlib import Path
 
@@ -12,7 +15,10 @@ import plotly
 from celery.schedules import crontab
 from django.core.exceptions import ImproperlyConfigured
 
-from portal.secret_key import secret_key_problem
+from portal.secret_key import development_secret_key, offline_command, secret_key_problem
+from workers.broker import SCHEME as EMBEDDED_BROKER
+from workers.broker import is_embedded as is_embedded_broker
+from workers.broker import transport_options as embedded_broker_options
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = BASE_DIR / "var"
@@ -26,12 +32,20 @@ DEV_SECRET_KEY = "dev-only-insecure-secret-key-change-me"  # noqa: S105 - refuse
 # Production is the default: development (the demo, the test suite) opts in with DJANGO_DEBUG=1.
 DEBUG = env.bool("DJANGO_DEBUG", default=False)
 SECRET_KEY = env.str("DJANGO_SECRET_KEY", default=DEV_SECRET_KEY)
+if DEBUG and SECRET_KEY == DEV_SECRET_KEY:
+    # Development (the demo): a key of this install's own, kept under var/, so a restart keeps
+    # everyone signed in and no published key signs its cookies.
+    SECRET_KEY = development_secret_key(VAR_DIR)
 ALLOWED_HOSTS = env.list(
     "DJANGO_ALLOWED_HOSTS", default=["localhost", "127.0.0.1", "[::1]"] if DEBUG else []
 )
 CSRF_TRUSTED_ORIGINS = env.list("DJANGO_CSRF_TRUSTED_ORIGINS", default=[])
+# `manage.py replay_trace` and the like serve no web traffic: they need no production secrets.
+OFFLINE_COMMAND = offline_command(sys.argv)
+if OFFLINE_COMMAND and not DEBUG and secret_key_problem(SECRET_KEY, dev_key=DEV_SECRET_KEY):
+    SECRET_KEY = secrets.token_urlsafe(50)  # signs nothing that outlives the command
 
-if not DEBUG:
+if not DEBUG and not OFFLINE_COMMAND:
     secret_problem = secret_key_problem(SECRET_KEY, dev_key=DEV_SECRET_KEY)
     if secret_problem:
         raise ImproperlyConfigured(
@@ -339,18 +353,12 @@ SPECTACULAR_SETTINGS = {
 }
 
 # --- Celery ---------------------------------------------------------------------------------
-CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default=REDIS_URL or "filesystem://")
+# Without Redis the demo's broker is files under var/broker (workers.broker: atomicfs://).
+CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default=REDIS_URL or f"{EMBEDDED_BROKER}://")
 FILESYSTEM_BROKER_DIR = VAR_DIR / "broker"
 CELERY_BROKER_TRANSPORT_OPTIONS = (
-    {
-        "data_folder_in": str(FILESYSTEM_BROKER_DIR / "queue"),
-        "data_folder_out": str(FILESYSTEM_BROKER_DIR / "queue"),
-        "processed_folder": str(FILESYSTEM_BROKER_DIR / "processed"),
-        # exchange bindings (node queues, broadcasts); kombu's default is ./control
-        "control_folder": str(FILESYSTEM_BROKER_DIR / "control"),
-        "store_processed": False,
-    }
-    if CELERY_BROKER_URL.startswith("filesystem://")
+    embedded_broker_options(FILESYSTEM_BROKER_DIR)
+    if is_embedded_broker(CELERY_BROKER_URL)
     else {"visibility_timeout": 3600}
 )
 CELERY_BROKER_CONNECTION_TIMEOUT = env.float("CELERY_BROKER_CONNECTION_TIMEOUT", default=3.0)

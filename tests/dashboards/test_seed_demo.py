@@ -1,4 +1,5 @@
 import pytest
+from django.contrib.sessions.models import Session
 from django.core.management import call_command
 from django.utils import timezone
 
@@ -48,3 +49,26 @@ def test_seed_demo_is_idempotent_and_builds_the_documented_fleet(settings):
     charged = LedgerEntry.objects.filter(source="reservation").values("source_id").distinct()
     assert charged.count() == history.count()
     assert RateCard.objects.count() == 3 and Budget.objects.count() == 4
+
+
+def test_running_seed_demo_again_keeps_everyone_signed_in(client, settings):
+    """`make demo` seeds on every start: a second run must not sign the demo's users out."""
+    call_command("seed_demo", "--without-reservations")
+    signed_in = client.post(
+        "/login/", {"username": "alice", "password": settings.DEMO_PASSWORD}, follow=False
+    )
+    assert signed_in.status_code == 302
+    assert client.get("/reservations/").status_code == 200
+    sessions_before = Session.objects.count()
+    call_command("seed_demo", "--without-reservations")
+    response = client.get("/reservations/")
+    assert response.status_code == 200, response.get("Location")
+    assert Session.objects.count() == sessions_before
+    assert User.objects.get(username="alice").check_password(settings.DEMO_PASSWORD)
+
+
+def test_seed_demo_gives_a_changed_demo_password(settings):
+    call_command("seed_demo", "--without-reservations")
+    settings.DEMO_PASSWORD = "another-demo-password"
+    call_command("seed_demo", "--without-reservations")
+    assert User.objects.get(username="bob").check_password("another-demo-password")

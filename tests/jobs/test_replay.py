@@ -8,8 +8,10 @@ from pathlib import Path
 import pytest
 from django.core.management import CommandError, call_command
 
-# The first 300 pods of the public Alibaba GPU trace (tests/jobs/data/README.md: source, licence).
-PODS = Path(__file__).resolve().parent / "data" / "alibaba_openb_pod_list_head.csv"
+# The first 300 pods of the public Alibaba GPU trace (samples/traces/README.md: source, licence).
+PODS = (
+    Path(__file__).resolve().parents[2] / "samples" / "traces" / "alibaba_openb_pod_list_head.csv"
+)
 
 
 def test_alibaba_slice_replays_beside_fifo(tmp_path):

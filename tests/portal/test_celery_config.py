@@ -23,13 +23,13 @@ def test_beat_schedules_the_periodic_work_with_expiry():
 
 
 def test_demo_broker_keeps_every_folder_under_var(tmp_path, monkeypatch):
-    """The embedded filesystem broker (demo) writes queues, processed messages and exchange
+    """The embedded broker (demo, atomicfs://) writes queues, processed messages and exchange
     tables under one folder: nothing lands in the working directory (kombu's default ./control)
     and the portal and the agents agree on it."""
     from workers.agent.app import _transport_options
 
     monkeypatch.setenv("AGENT_BROKER_DIR", str(tmp_path / "broker"))
-    options = _transport_options("filesystem://")
+    options = _transport_options("atomicfs://")
     folders = {k: v for k, v in options.items() if k.endswith("_folder") or "folder_" in k}
     assert set(folders) == {
         "data_folder_in",

@@ -249,3 +249,42 @@ def test_the_demo_opts_into_development():
     )
     for name in ("web", "worker", "beat"):
         assert procfile[name].startswith("DJANGO_DEBUG=${DJANGO_DEBUG:-1} "), name
+
+
+def test_development_keeps_one_secret_key_of_its_own_across_restarts(tmp_path):
+    """The demo signs with a key made once under var/, not a published one, and a restart
+    reads the same key back, so sessions survive it."""
+    from portal.secret_key import development_secret_key
+
+    first = development_secret_key(tmp_path)
+    assert development_secret_key(tmp_path) == first
+    assert secret_key_problem(first, dev_key=DEV_KEY) == ""
+    assert (tmp_path / "secret_key").stat().st_mode & 0o777 == 0o600
+    started = [settings_of({"DJANGO_DEBUG": "1"}, tmp_path, "SECRET_KEY") for _ in range(2)]
+    assert started[0] == started[1] and started[0]["SECRET_KEY"] != DEV_KEY
+
+
+def test_only_offline_commands_run_without_production_secrets(tmp_path):
+    def manage(*args):
+        return subprocess.run(
+            [sys.executable, "manage.py", *args],
+            cwd=ROOT,
+            env={
+                k: v
+                for k, v in os.environ.items()
+                if not k.startswith(("DJANGO_", "TEST_DATABASE")) and k != "REDIS_URL"
+            }
+            | {"DATABASE_URL": f"sqlite:///{tmp_path / 'portal.sqlite3'}"},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    offline = manage("replay_trace", "--help")
+    assert offline.returncode == 0, offline.stderr
+    for serving in (["check"], ["migrate", "--plan"]):
+        refused = manage(*serving)
+        assert refused.returncode != 0, serving
+        assert "DJANGO_SECRET_KEY must be set" in refused.stderr, serving
+    web = run_python("import portal.wsgi", {}, tmp_path)
+    assert "DJANGO_SECRET_KEY must be set" in web.stderr

@@ -11,6 +11,7 @@ from celery.signals import worker_ready
 from workers.agent.agent import Agent
 from workers.agent.backends import make_reader
 from workers.agent.jobs import JobRunner
+from workers.broker import is_embedded, transport_options
 
 BACKENDS = ("real", "simulated")
 PORTAL_QUEUE = "portal"
@@ -33,18 +34,10 @@ def broker_url() -> str:
 
 
 def _transport_options(url: str) -> dict:
-    if not url.startswith("filesystem://"):
+    if not is_embedded(url):
         return {"visibility_timeout": 3600}
     # The demo's embedded broker: the same folders the portal uses (AGENT_BROKER_DIR).
-    folder = Path(os.environ.get("AGENT_BROKER_DIR", "var/broker"))
-    (folder / "queue").mkdir(parents=True, exist_ok=True)
-    return {
-        "data_folder_in": str(folder / "queue"),
-        "data_folder_out": str(folder / "queue"),
-        "processed_folder": str(folder / "processed"),
-        "control_folder": str(folder / "control"),
-        "store_processed": False,
-    }
+    return transport_options(Path(os.environ.get("AGENT_BROKER_DIR", "var/broker")))
 
 
 def create_app(

@@ -84,7 +84,10 @@ class Command(BaseCommand):
             )
             user.global_role = global_role
             user.is_superuser = user.is_staff = superuser
-            user.set_password(password)
+            # A new hash would sign every demo user out (sessions carry a hash of it): only
+            # when the password is not DEMO_PASSWORD already.
+            if not user.check_password(password):
+                user.set_password(password)
             user.save()
             for slug, role in memberships:
                 Membership.objects.update_or_create(
