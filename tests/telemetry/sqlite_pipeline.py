@@ -23,6 +23,7 @@ def main() -> None:
         GpuSample,
         IdleInterval,
         TeamModelHourRollup,
+        TelemetryDeadLetter,
     )
     from apps.telemetry.rollups import rollup_hours, rollup_minutes
     from apps.telemetry.selectors import team_model_totals
@@ -52,6 +53,8 @@ def main() -> None:
     stored = [telemetry_ingest(batch=b).stored for b in batches]
     again = telemetry_ingest(batch=batches[0])
     resent = telemetry_ingest(batch={**batches[0], "seq": batches[0]["seq"] + 10**6})
+    poison = {"node": "probe-\ud800", "seq": 1, "samples": [{"uuid": "\udfff"}]}
+    parked = [telemetry_ingest(batch=poison).duplicate_batch for _ in range(2)]
     now = timezone.now()
     minutes = rollup_minutes(start=now - timedelta(minutes=5), end=now + timedelta(minutes=1))
     hours = rollup_hours(start=now - timedelta(minutes=5), end=now + timedelta(minutes=1))
@@ -76,6 +79,10 @@ def main() -> None:
                 "stored": stored,
                 "duplicate": again.duplicate_batch,
                 "resent_stored": resent.stored,
+                "poison_redelivered": parked,
+                "dead_letter_nodes": list(
+                    TelemetryDeadLetter.objects.values_list("node", flat=True)
+                ),
                 "samples": GpuSample.objects.count(),
                 "minute_rows": minutes,
                 "minute_rollups": GpuMinuteRollup.objects.count(),

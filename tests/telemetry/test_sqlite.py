@@ -9,6 +9,9 @@ def test_ingest_rollups_and_idle_work_on_sqlite(tmp_path):
     assert outcome["vendor"] == "sqlite"
     assert outcome["stored"] == [4] * 6 and outcome["duplicate"] is True
     assert outcome["resent_stored"] == 0  # samples already stored are skipped, not doubled
+    # A poison message is parked once, escaped; delivered again it is a duplicate.
+    assert outcome["poison_redelivered"] == [False, True]
+    assert outcome["dead_letter_nodes"] == ["probe-\\ud800"]
     assert outcome["samples"] == 24
     assert outcome["minute_rows"] >= 4 and outcome["minute_rollups"] == outcome["minute_rows"]
     assert outcome["hour_rows"] >= 4
