@@ -68,6 +68,7 @@ def job_history(*, since: datetime, until: datetime) -> list[TraceJob]:
                 gpus=job.gpu_count,
                 team=job.team.slug,
                 model=job.gpu_model.name if job.gpu_model else None,
+                max_runtime=float(job.max_runtime_seconds),  # the limit its user gave
                 same_node=job.same_node,
             )
         )

@@ -56,7 +56,7 @@ def test_generic_trace_with_named_columns(tmp_path):
 def test_spare_order_option_is_passed_to_the_replay_and_checked(tmp_path):
     trace = tmp_path / "jobs.csv"
     trace.write_text("submit,duration,gpus,team\n0,3600,8,a\n0,60,4,b\n0,3600,4,c\n")
-    for order in ("share", "las", "slowdown"):
+    for order in ("share", "las", "tiresias", "slowdown"):
         call_command("replay_trace", str(trace), "--fleet", "1x8:H100", "--spare-order", order,
                      "--out", str(tmp_path), stdout=StringIO())  # fmt: skip
         results = json.loads((tmp_path / "replay.json").read_text())["results"]
@@ -64,6 +64,24 @@ def test_spare_order_option_is_passed_to_the_replay_and_checked(tmp_path):
     with pytest.raises(CommandError, match="invalid choice"):
         call_command("replay_trace", str(trace), "--fleet", "1x8:H100", "--spare-order", "lifo",
                      "--out", str(tmp_path), stdout=StringIO())  # fmt: skip
+
+
+def test_runtime_limits_option_picks_classes_or_the_oracle(tmp_path):
+    # b's 60-s job and c's 3,000-s one both fall in the 1-hour class: sjf cannot tell them
+    # apart and runs c first (submitted first), unless told the true durations.
+    trace = tmp_path / "jobs.csv"
+    trace.write_text("submit,duration,gpus,team\n0,600,8,a\n1,3000,8,c\n2,60,8,b\n")
+    waits = {}
+    for limits in ("classes", "exact"):
+        call_command("replay_trace", str(trace), "--fleet", "1x8:H100", "--policy", "sjf",
+                     "--runtime-limits", limits, "--out", str(tmp_path),
+                     stdout=StringIO())  # fmt: skip
+        waits[limits] = json.loads((tmp_path / "replay.json").read_text())["results"]["sjf"]
+    assert waits["classes"]["team_avg_wait"]["b"] == pytest.approx(3000 + 600 - 2)
+    assert waits["exact"]["team_avg_wait"]["b"] == pytest.approx(600 - 2)
+    with pytest.raises(CommandError, match="invalid choice"):
+        call_command("replay_trace", str(trace), "--fleet", "1x8:H100", "--runtime-limits",
+                     "guess", "--out", str(tmp_path), stdout=StringIO())  # fmt: skip
 
 
 def test_bad_rows_are_counted_by_reason_with_line_numbers(tmp_path):

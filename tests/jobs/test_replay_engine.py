@@ -11,7 +11,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from apps.jobs.scheduler import SchedulerConfig
-from apps.jobs.scheduler.replay import JOB_COLUMNS, TraceJob, simulate, write_job_rows
+from apps.jobs.scheduler.replay import (
+    JOB_COLUMNS,
+    TraceJob,
+    simulate,
+    user_runtime_limit,
+    write_job_rows,
+)
 from apps.jobs.scheduler.state import GpuInfo, TeamQuota
 from apps.jobs.scheduler.trace import default_quotas, parse_fleet
 
@@ -66,7 +72,7 @@ def test_incremental_and_rebuild_every_event_make_identical_decisions(trace, pol
 
 
 @settings(max_examples=60, deadline=None)
-@given(traces(), st.sampled_from(["las", "slowdown"]))
+@given(traces(), st.sampled_from(["las", "tiresias", "slowdown"]))
 def test_other_spare_orders_also_decide_the_same_incrementally(trace, spare_order):
     jobs, gpus, quotas = trace
     config = SchedulerConfig(
@@ -239,3 +245,26 @@ def test_below_guarantee_time_counts_hours_with_work_queued():
     result = simulate(jobs, gpus, quotas, "fairshare", config)
     assert abs(result.team_below_guarantee_hours["b"] - 3599 / 3600) < 1e-9
     assert result.team_below_guarantee_hours.get("a", 0.0) == 0.0
+
+
+def test_replay_tells_the_scheduler_runtime_limits_users_give_not_true_durations():
+    assert [user_runtime_limit(d) for d in (1, 3600, 3601, 20 * 3600, 100 * 3600)] == [
+        3600, 3600, 4 * 3600, 24 * 3600, 7 * 86400,
+    ]  # fmt: skip
+    assert user_runtime_limit(8 * 86400) == 14 * 86400
+    gpus = parse_fleet("1x8:A")
+    jobs = [TraceJob(1, 0, 60, 8, "a"), TraceJob(2, 1, 3000, 8, "a"), TraceJob(3, 1, 100, 8, "a")]
+    quotas = default_quotas(gpus, ["a"])
+
+    def order(**kw):
+        rows = simulate(jobs, gpus, quotas, "sjf", **kw).job_rows
+        return [row[0] for row in sorted(rows, key=lambda row: row[5])]
+
+    # Both waiting jobs are in the 1-hour class: shortest-first cannot tell them apart.
+    assert order() == [1, 2, 3]
+    assert order(runtime_limits="exact") == [1, 3, 2]  # the oracle knows
+    # a trace's own limit is what the user gave
+    jobs[1] = TraceJob(2, 1, 3000, 8, "a", max_runtime=7200)
+    assert order() == [1, 3, 2]
+    with pytest.raises(ValueError, match="runtime limits"):
+        simulate(jobs, gpus, quotas, "sjf", runtime_limits="guess")

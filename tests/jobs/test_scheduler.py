@@ -569,3 +569,20 @@ def test_a_job_waiting_for_its_guarantee_is_told_who_stops_for_it_and_when():
         "Reclaiming your guarantee: 1 job of team audio and 1 job of team nlp stop in 25 min."
     )
     assert waiting.estimated_start == NOW + 1500
+
+
+def test_tiresias_order_serves_jobs_of_one_attained_queue_in_queue_order():
+    # Both jobs attained less than an hour of GPU time: one queue, the older job first. LAS
+    # without queues serves the one that attained less.
+    q = [TeamQuota("vision", H100, 0, 8), TeamQuota("nlp", H100, 0, 8)]
+    waiting = [
+        job(1, "vision", 8, age=600, attained=1000.0),
+        job(2, "nlp", 8, age=60, attained=10.0),
+    ]
+    state = ClusterState(NOW, fleet(1, 8), waiting, quotas=q)
+    assert list(placed(schedule(state, "fairshare", SchedulerConfig(spare_order="las")))) == [2]
+    tiresias = SchedulerConfig(spare_order="tiresias")
+    assert list(placed(schedule(state, "fairshare", tiresias))) == [1]
+    # past the first queue's bound (1 GPU-hour) the older job waits behind
+    state.queued[0] = job(1, "vision", 8, age=600, attained=4000.0)
+    assert list(placed(schedule(state, "fairshare", tiresias))) == [2]

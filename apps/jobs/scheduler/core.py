@@ -74,7 +74,9 @@ from apps.jobs.scheduler.state import (
 from apps.jobs.scheduler.usage import UsageMeter
 
 POLICIES = ("fairshare", "fifo", "sjf")
-SPARE_ORDERS = ("share", "las", "slowdown")  # see SchedulerConfig.spare_order
+SPARE_ORDERS = ("share", "las", "tiresias", "slowdown")  # see SchedulerConfig.spare_order
+# Tiresias' queues: GPU-seconds attained up to each bound (1, 10, 100 GPU-hours), then the rest.
+TIRESIAS_BOUNDS = (3600.0, 36_000.0, 360_000.0)
 # The class of jobs a placement pass leaves to the other pass.
 _SKIPPED_CLASS = {GUARANTEE: PriorityClass.PREEMPTIBLE, SPARE: PriorityClass.GUARANTEED}
 
@@ -90,7 +92,9 @@ class SchedulerConfig:
     # Order of the spare (over-guarantee) pool in ``fairshare``: "share", the team with the
     # lowest weighted share first (see step 3); "las", least attained service first (the job
     # that has run the fewest GPU-seconds in earlier attempts, then queue order; as in
-    # Tiresias); "slowdown", the team whose next job has waited longest relative to its
+    # Tiresias); "tiresias", the same in a few queues (``TIRESIAS_BOUNDS``: jobs that have
+    # attained about as much share one queue, served in queue order, as Tiresias' discretized
+    # LAS); "slowdown", the team whose next job has waited longest relative to its
     # runtime first (highest response ratio (wait + runtime) / runtime, as in HRRN and
     # Themis' finish-time fairness), which evens out the teams' slowdown.
     spare_order: str = "share"
@@ -710,7 +714,7 @@ class Engine(PreemptionMixin, ExplainMixin):
                 for team in self._teams()
                 if (key := self._head_key(team))
             ]
-        elif order == "las":
+        elif order in ("las", "tiresias"):
             # Lower bound: nothing run yet, the oldest job.
             heap = [
                 ((0.0, key), team, None) for team in self._teams() if (key := self._head_key(team))
@@ -745,6 +749,8 @@ class Engine(PreemptionMixin, ExplainMixin):
             return self._share_at(team, job.submitted_at)
         if order == "las":
             return (job.attained, cand.key)
+        if order == "tiresias":
+            return (bisect.bisect_left(TIRESIAS_BOUNDS, job.attained), cand.key)
         runtime = max(job.max_runtime, 10.0)
         return -(self.now - job.submitted_at + runtime) / runtime
 

@@ -7,7 +7,12 @@ changed (``incremental=True``, the default); ``incremental=False`` instead loads
 from a full ``ClusterState`` at every event through ``schedule()``, exactly as the live
 dispatcher does, and must make the same decisions (a property test checks it).
 
-A job runs for its trace ``duration``; its ``max_runtime`` is the duration unless the trace
+A job runs for its trace ``duration``. Its ``max_runtime`` (what the scheduler is told) is the
+trace's own limit when it gives one, else, as users give limits, the duration rounded up to the
+next class of ``RUNTIME_LIMIT_CLASSES`` (1 h, 4 h, 24 h, 72 h, 7 d; then whole weeks), so that
+orders by ``max_runtime`` (``sjf``, the ``slowdown`` spare order) know no more than a live
+cluster does; ``runtime_limits="exact"`` tells the scheduler the true duration instead (an
+oracle, for reference only). Unless the trace
 gives one. A job larger than every node is a multi-node gang. A preempted job goes back to the
 queue: a ``checkpointable`` one resumes with the work it had done, any other restarts from the
 beginning and its attempt's GPU-seconds count as lost. Jobs that could never fit (more GPUs
@@ -44,6 +49,9 @@ from apps.jobs.scheduler.usage import UsageMeter
 from apps.teams.quota_rule import QuotaRule
 
 SLOWDOWN_FLOOR_SECONDS = 10.0
+HOUR, DAY = 3600.0, 86400.0
+RUNTIME_LIMIT_CLASSES = (HOUR, 4 * HOUR, 24 * HOUR, 72 * HOUR, 7 * DAY)
+RUNTIME_LIMITS = ("classes", "exact")
 PROGRESS_EVERY_EVENTS = 5000
 JOB_COLUMNS = (
     "job_id",
@@ -70,7 +78,7 @@ class TraceJob:
     gpus: int
     team: str
     model: str | None = None  # None: any model
-    max_runtime: float | None = None  # defaults to duration
+    max_runtime: float | None = None  # the limit its user gave; see the module docstring
     same_node: bool = True  # ignored for jobs larger than every node (multi-node gangs)
     checkpointable: bool = False
 
@@ -168,6 +176,15 @@ class _JobRecord:
     within_guarantee: bool = False  # see JOB_COLUMNS
 
 
+def user_runtime_limit(duration: float) -> float:
+    """The runtime limit a user would have given a job that ran ``duration`` seconds: the
+    smallest of ``RUNTIME_LIMIT_CLASSES`` it fits, beyond them whole weeks."""
+    for limit in RUNTIME_LIMIT_CLASSES:
+        if duration <= limit:
+            return limit
+    return math.ceil(duration / (7 * DAY)) * 7 * DAY
+
+
 def simulate(
     jobs: list[TraceJob],
     gpus: list[GpuInfo],
@@ -178,12 +195,23 @@ def simulate(
     incremental: bool = True,
     decisions: list | None = None,
     progress: Callable[[float], None] | None = None,
+    runtime_limits: str = "classes",
 ) -> ReplayResult:
     """Replay ``jobs`` on ``gpus`` under ``policy``; see the module docstring. When given,
     ``decisions`` receives (time, placements, preemptions) of every cycle that did something,
     and ``progress`` is told every few thousand events the share of the jobs submitted so far
-    (0 to 1)."""
+    (0 to 1). ``runtime_limits``: what the scheduler is told of jobs without a limit of their
+    own, "classes" (the duration rounded up to a user's class) or "exact" (the duration)."""
+    if runtime_limits not in RUNTIME_LIMITS:
+        raise ValueError(
+            f"Unknown runtime limits {runtime_limits!r}; choose one of {', '.join(RUNTIME_LIMITS)}."
+        )
     config = replace(config or SchedulerConfig(), explain=False)
+    if runtime_limits == "classes":
+        jobs = [
+            j if j.max_runtime else replace(j, max_runtime=user_runtime_limit(j.duration))
+            for j in jobs
+        ]
     arrivals, never_fit = _admissible(jobs, _Fleet(gpus, quotas))
     replay = _Replay(arrivals, gpus, quotas, policy, config, incremental, decisions)
     replay.progress = progress

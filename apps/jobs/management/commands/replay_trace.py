@@ -22,7 +22,7 @@ from django.core.management.base import BaseCommand, CommandError
 from plotly.subplots import make_subplots
 
 from apps.jobs.scheduler import POLICIES, SPARE_ORDERS, SchedulerConfig
-from apps.jobs.scheduler.replay import format_table, simulate, write_job_rows
+from apps.jobs.scheduler.replay import RUNTIME_LIMITS, format_table, simulate, write_job_rows
 from apps.jobs.scheduler.team_metrics import format_team_metrics, team_metrics
 from apps.jobs.scheduler.trace import (
     TraceError,
@@ -61,8 +61,16 @@ class Command(BaseCommand):
             choices=SPARE_ORDERS,
             default="share",
             help="fairshare: order of the GPUs above the guarantees (share: lowest weighted "
-            "share first; las: least attained service first; slowdown: highest response ratio "
-            "first)",
+            "share first; las: least attained service first; tiresias: the same in queues of "
+            "attained GPU-hours; slowdown: highest response ratio first)",
+        )
+        parser.add_argument(
+            "--runtime-limits",
+            choices=RUNTIME_LIMITS,
+            default="classes",
+            help="what the scheduler is told of a job's runtime when the trace gives no limit: "
+            "classes (its duration rounded up to 1 h, 4 h, 24 h, 72 h or 7 d, as users give "
+            "limits) or exact (its true duration: an oracle, for reference)",
         )
         parser.add_argument("--quotas", help="CSV team,model,guaranteed,limit (default: equal)")
         parser.add_argument("--helios-quotas", help="Helios VC quota CSV, scaled to the fleet")
@@ -97,7 +105,12 @@ class Command(BaseCommand):
             f"rows adjusted or skipped: {loaded.describe()}"
         )
         config = SchedulerConfig(spare_order=options["spare_order"])
-        results = {name: simulate(loaded.jobs, gpus, quotas, name, config) for name in policies}
+        results = {
+            name: simulate(
+                loaded.jobs, gpus, quotas, name, config, runtime_limits=options["runtime_limits"]
+            )
+            for name in policies
+        }
         self.stdout.write(format_table(results))
         teams = {name: team_metrics(result, quotas) for name, result in results.items()}
         self.stdout.write(
