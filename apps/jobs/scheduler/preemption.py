@@ -173,9 +173,13 @@ class PreemptionMixin:
         now, running = self.now, self.running
         most, min_runtime = cfg.max_preemptions_per_job, cfg.preempt_min_runtime_seconds
         keyed, protected, loss, next_eligible = [], [], {}, math.inf
+        over: dict[tuple[str, str], bool] = {}  # (team, model) -> above its guarantee now
         for j in self.preemptible:
             r = running[j]
-            if self._excess(r.team, r.model) <= 0:
+            above = over.get((r.team, r.model))
+            if above is None:
+                above = over[(r.team, r.model)] = self._excess(r.team, r.model) > 0
+            if not above:
                 continue  # the team is within its guarantee now: nothing of it yields
             started = r.started_at
             ready = started + min_runtime

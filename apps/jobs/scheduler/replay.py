@@ -207,13 +207,10 @@ def simulate(
             f"Unknown runtime limits {runtime_limits!r}; choose one of {', '.join(RUNTIME_LIMITS)}."
         )
     config = replace(config or SchedulerConfig(), explain=False)
-    if runtime_limits == "classes":
-        jobs = [
-            j if j.max_runtime else replace(j, max_runtime=user_runtime_limit(j.duration))
-            for j in jobs
-        ]
     arrivals, never_fit = _admissible(jobs, _Fleet(gpus, quotas))
     replay = _Replay(arrivals, gpus, quotas, policy, config, incremental, decisions)
+    if runtime_limits == "exact":
+        replay.limit_of = float
     replay.progress = progress
     replay.run()
     return replay.finish(jobs, never_fit)
@@ -304,6 +301,8 @@ class _Replay:
         self.next_arrival = 0
         self.now = self.first
         self.progress: Callable[[float], None] | None = None
+        # The runtime limit of a job that gives none: a user's class of its duration.
+        self.limit_of: Callable[[float], float] = user_runtime_limit
 
     # -- changes to the queue and the running set ---------------------------------------------
 
@@ -319,7 +318,7 @@ class _Replay:
         what a checkpointed job already did."""
         j = rec.job
         remaining = j.duration - rec.done
-        limit = (j.max_runtime or j.duration) - rec.done
+        limit = (j.max_runtime or self.limit_of(j.duration)) - rec.done
         return QueuedJob(
             j.job_id,
             j.team,
