@@ -228,6 +228,7 @@ def _preemption_settings() -> dict:
         "preempt_min_runtime_seconds": float(settings.JOBS_PREEMPT_MIN_RUNTIME_SECONDS),
         "max_preemptions_per_job": settings.JOBS_MAX_PREEMPTIONS_PER_JOB,
         "preempt_max_lost_ratio": settings.JOBS_PREEMPT_MAX_LOST_RATIO,
+        "reclaim_patience_seconds": float(settings.JOBS_RECLAIM_PATIENCE_SECONDS),
     }
 
 

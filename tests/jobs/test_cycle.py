@@ -270,12 +270,16 @@ def test_state_gives_a_requeued_job_the_gpu_seconds_it_ran_and_the_spare_order_s
     assert queued[job.pk].attained == pytest.approx(2000.0)
     seen = {}
     settings.JOBS_SPARE_ORDER = "las"
+    settings.JOBS_RECLAIM_PATIENCE_SECONDS = 120
     monkeypatch.setattr(
         "apps.jobs.scheduler.schedule",
-        lambda state, policy, config: seen.setdefault("order", config.spare_order) and Decision(),
+        lambda state, policy, config: (
+            seen.update(order=config.spare_order, patience=config.reclaim_patience_seconds)
+            or Decision()
+        ),
     )
     dispatch.schedule_cycle()
-    assert seen == {"order": "las"}
+    assert seen == {"order": "las", "patience": 120.0}
 
 
 def test_the_job_page_says_which_jobs_stop_to_give_the_guarantee_back(
