@@ -64,3 +64,24 @@ def test_replay_wakes_up_for_a_reclaim_without_any_other_event():
     jobs = [TraceJob(1, 0, 20_000, 4, "a"), TraceJob(2, 10, 600, 2, "b")]
     rows = rows_of(simulate(jobs, gpus, quotas, "fairshare"))
     assert rows[2]["first_start"] == MIN_RUNTIME  # not at 20,000, when job 1 would end
+
+
+def test_a_gang_drains_the_node_whose_guaranteed_work_ends_first():
+    """Every node holds one GPU of another team's guaranteed work (never preempted) beside
+    seven borrowed GPUs, and a stream of short borrowed jobs would take any GPU that frees.
+    The gang drains the node whose guaranteed job ends first: the GPU it frees is not lent
+    again, the borrowed jobs there stop, and the gang starts then."""
+    gpus = parse_fleet("2x8:A")
+    quotas = [
+        TeamQuota("owner", "A", 2, 2),
+        TeamQuota("lender", "A", 0, 16),
+        TeamQuota("small", "A", 8, 8),
+    ]
+    jobs = [TraceJob(1, 0, 5 * 3600, 1, "owner"), TraceJob(2, 1, 2 * 3600, 1, "owner")]
+    jobs += [TraceJob(10 + k, 0, 36_000, 1, "lender") for k in range(7)]  # beside job 1
+    jobs += [TraceJob(20 + k, 1, 36_000, 1, "lender") for k in range(7)]  # beside job 2
+    jobs += [TraceJob(100 + k, 60.0 * k, 1200, 1, "lender") for k in range(1, 400)]
+    jobs.append(TraceJob(1000, 100, 3600, 8, "small"))
+    rows = rows_of(simulate(jobs, gpus, quotas, "fairshare"))
+    assert rows[2]["end"] == 7201
+    assert rows[1000]["first_start"] == 7201
