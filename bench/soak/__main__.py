@@ -471,6 +471,16 @@ def summary(clients: list[Client]) -> str:
     return ", ".join(f"{route} {status}: {n}" for (route, status), n in sorted(counts.items()))
 
 
+def job_summary() -> str:
+    from django.db.models import Count, Sum
+
+    from apps.jobs.models import Job
+
+    states = Job.objects.values("status").annotate(n=Count("id")).order_by("status")
+    requeues = Job.objects.aggregate(n=Sum("requeue_count"))["n"] or 0
+    return ", ".join(f"{s['status']} {s['n']}" for s in states) + f"; requeues {requeues}"
+
+
 def soak(args) -> int:
     folder = Path(tempfile.mkdtemp(prefix="portal-soak-"))
     (folder / "runs").mkdir()
@@ -520,6 +530,7 @@ def soak(args) -> int:
             stack.stop(process)
         remetered, charges = meter(load_start)
         log(f"requests: {summary(clients)}")
+        log(f"jobs: {job_summary()}")
         checks = check(folder, [a for c in clients for a in c.answers], remetered, charges)
     finally:
         stack.stop_all()
