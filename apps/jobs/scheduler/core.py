@@ -200,12 +200,16 @@ class Engine(PreemptionMixin, ExplainMixin):
         self._gain_mark: int | None = None
         self._team_retry: dict[str, float] = {}  # when a team's failed preemption may work
         self._frozen_models: list[str] | None = None  # models by free GPUs, while explaining
+        # team -> its oldest job within its guarantee (``_drain``), kept until the team's queue
+        # or holdings change (not for a team with bookings ahead: its room depends on time)
+        self._drain_cands: dict[str, Candidate | None] = {}
 
     # -- changes between cycles --------------------------------------------------------------
 
     def enqueue(self, job: QueuedJob) -> None:
         self.version += 1
         self._dirty.add(job.team)
+        self._drain_cands.pop(job.team, None)
         self.queued[job.job_id] = job
         if job.reservation_id is not None:
             self.reservation_jobs[job.job_id] = job
@@ -222,6 +226,7 @@ class Engine(PreemptionMixin, ExplainMixin):
         self.version += 1
         self._preempt_failed.pop(job_id, None)
         job = self.queued.pop(job_id)
+        self._drain_cands.pop(job.team, None)
         if job.reservation_id is not None:
             del self.reservation_jobs[job_id]
             return job
@@ -242,6 +247,7 @@ class Engine(PreemptionMixin, ExplainMixin):
     def add_running(self, run: RunningJob) -> None:
         self.version += 1
         self._dirty.add(run.team)
+        self._drain_cands.pop(run.team, None)
         ids = [g for g in run.gpu_ids if g in self.pool.info]
         self.running[run.job_id] = run
         self.pool.take(ids)
@@ -277,6 +283,7 @@ class Engine(PreemptionMixin, ExplainMixin):
     def remove_running(self, job_id: int) -> RunningJob:
         self.version += 1
         run = self.running.pop(job_id)
+        self._drain_cands.pop(run.team, None)
         ids = [g for g in run.gpu_ids if g in self.pool.info]
         self.pool.give(ids)
         self.gained += 1
@@ -308,6 +315,7 @@ class Engine(PreemptionMixin, ExplainMixin):
             if model is not None:
                 self.quotas.book(b, model, now)
                 self._caps_cache.pop(b.team, None)
+                self._drain_cands.pop(b.team, None)
             if b.start <= now:
                 self.active_bookings.setdefault(b.reservation_id, []).append(b.gpu_id)
                 if b.gpu_id in self.pool.info and b.gpu_id not in self.busy:
@@ -637,7 +645,11 @@ class Engine(PreemptionMixin, ExplainMixin):
         for team in sorted(self.buckets):
             if self._caps(team, GUARANTEE) is None:
                 continue
-            cand = self._candidate(team, GUARANTEE, fitting=False)
+            cand = self._drain_cands.get(team, False)
+            if cand is False:
+                cand = self._candidate(team, GUARANTEE, fitting=False)
+                if team not in self.quotas.later:
+                    self._drain_cands[team] = cand
             if cand is None:
                 continue
             job, model = cand.job, cand.model

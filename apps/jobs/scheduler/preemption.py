@@ -176,19 +176,20 @@ class PreemptionMixin:
         over: dict[tuple[str, str], bool] = {}  # (team, model) -> above its guarantee now
         for j in self.preemptible:
             r = running[j]
+            started = r.started_at
+            ready = started + min_runtime
+            if started >= now or ready > now:
+                # not yet (a retry then is cheap, even if its team is within its guarantee)
+                next_eligible = min(next_eligible, max(ready, started + 1e-6))
+                continue
             above = over.get((r.team, r.model))
             if above is None:
                 above = over[(r.team, r.model)] = self._excess(r.team, r.model) > 0
             if not above:
                 continue  # the team is within its guarantee now: nothing of it yields
-            started = r.started_at
-            ready = started + min_runtime
-            if started < now and ready <= now:
-                lost = loss[j] = self._lost(r)
-                entry = (lost, len(r.gpu_ids), -started, j, r)
-                (protected if r.preemptions >= most else keyed).append(entry)
-            else:
-                next_eligible = min(next_eligible, max(ready, started + 1e-6))
+            lost = loss[j] = self._lost(r)
+            entry = (lost, len(r.gpu_ids), -started, j, r)
+            (protected if r.preemptions >= most else keyed).append(entry)
         # Least GPU-time lost first, then fewest GPUs, youngest, lowest id (unique); jobs
         # preempted the most times already come after all others.
         keyed.sort()
