@@ -26,7 +26,12 @@ def text_problem(text: str, *, place: str = "") -> str:
             problem = SURROGATE_MESSAGE
         else:
             return ""
-    return f"{problem.removesuffix('.')} {place}." if place else problem
+    return said_where(problem, place) if place else problem
+
+
+def said_where(problem: str, place: str) -> str:
+    """`problem` with where it was found: "Null characters are not allowed in cookies."."""
+    return f"{problem.removesuffix('.')} {place}."
 
 
 def data_problem(data, *, max_depth: int | None = None) -> str:

@@ -12,7 +12,7 @@ too (API bodies are checked by the API's parsers, portal.parsers).
 from django.conf import settings
 from django.http import HttpResponse, JsonResponse
 
-from portal.pg_text import storable, text_problem
+from portal.pg_text import said_where, storable, text_problem
 
 API_PREFIX = "/api/"
 
@@ -56,7 +56,7 @@ def declared_length(request) -> int:
 
 def _first(refused: dict[str, list[str]], place: str) -> str:
     """The first reason, saying where: "Null characters are not allowed in cookies."."""
-    return next(iter(refused.values()))[0].removesuffix(".") + f" {place}."
+    return said_where(next(iter(refused.values()))[0], place)
 
 
 def _text_refusal(request):
