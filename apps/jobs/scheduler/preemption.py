@@ -174,6 +174,7 @@ class PreemptionMixin:
         most, min_runtime = cfg.max_preemptions_per_job, cfg.preempt_min_runtime_seconds
         keyed, protected, loss, next_eligible = [], [], {}, math.inf
         over: dict[tuple[str, str], bool] = {}  # (team, model) -> above its guarantee now
+        room = self.quotas.room
         for j in self.preemptible:
             r = running[j]
             started = r.started_at
@@ -184,11 +185,13 @@ class PreemptionMixin:
                 continue
             above = over.get((r.team, r.model))
             if above is None:
-                above = over[(r.team, r.model)] = self._excess(r.team, r.model) > 0
+                above = over[(r.team, r.model)] = room(r.team, r.model, guarantee=True) < 0
             if not above:
                 continue  # the team is within its guarantee now: nothing of it yields
-            lost = loss[j] = self._lost(r)
-            entry = (lost, len(r.gpu_ids), -started, j, r)
+            size = len(r.gpu_ids)
+            # as _lost(), inlined: this loop runs over every over-quota job
+            lost = loss[j] = 0.0 if r.checkpointable else size * (now - started)
+            entry = (lost, size, -started, j, r)
             (protected if r.preemptions >= most else keyed).append(entry)
         # Least GPU-time lost first, then fewest GPUs, youngest, lowest id (unique); jobs
         # preempted the most times already come after all others.

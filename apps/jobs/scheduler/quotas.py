@@ -21,23 +21,36 @@ class QuotaBook:
         # team -> its bookings (reservation id -> [start, end, model, GPUs])
         self.booked: dict[str, dict[int, list]] = {}
         self.later: set[str] = set()  # teams with a booking that starts after now
+        # team -> (model, guarantee) -> room: the scheduler asks for every candidate and
+        # victim, the answer changes only when the team takes or gives GPUs back.
+        self._room: dict[str, dict[tuple[str, bool], int]] = {}
 
     def take(self, team: str, model: str, count: int) -> None:
         used = self.used
         used[(team, model)] += count
         used[(team, None)] += count
+        self._room.pop(team, None)
 
     def give(self, team: str, model: str, count: int) -> None:
         used = self.used
         used[(team, model)] -= count
         used[(team, None)] -= count
+        self._room.pop(team, None)
 
     def room(self, team: str, model: str, *, guarantee: bool) -> int:
         """GPUs of ``model`` the team may take now (within its guarantee when ``guarantee``)."""
+        known = self._room.get(team)
+        if known is None:
+            known = self._room[team] = {}
+        else:
+            room = known.get((model, guarantee))
+            if room is not None:
+                return room
         used = self.used
-        return self.rule.room(
+        room = known[(model, guarantee)] = self.rule.room(
             team, model, used[(team, model)], used[(team, None)], guarantee=guarantee
         )
+        return room
 
     def binding(self, team: str, model: str, *, guarantee: bool) -> TeamQuota | None:
         used = self.used
