@@ -19,7 +19,7 @@ STATE_ORDER = ["busy", "held_idle", UNALLOCATED, "held_other", "unhealthy"]
 STATE_LABELS = {
     "busy": "Busy",
     "held_idle": "Held, idle",
-    UNALLOCATED: "Unallocated",
+    UNALLOCATED: "Unallocated (free)",
     "held_other": "Held by another team",
     "unhealthy": "Unhealthy or drained",
 }
@@ -152,6 +152,8 @@ def idle(filters: Filters) -> dict:
     """The fleet now (node x GPU), idle GPU-hours over time by kind and team, idle hours and
     their list-price cost by kind and model, and what idle reclaim released."""
     states = selectors.gpu_states_now(filters)
+    for s in states:
+        s["state_label"] = STATE_LABELS[s["state"]]
     nodes = sorted({s["node"] for s in states})
     width = max((s["index"] for s in states), default=-1) + 1
     codes = {state: i for i, state in enumerate(STATE_ORDER)}

@@ -9,6 +9,7 @@ from django.utils import timezone
 from apps.dashboards.selectors.filters import MAX_POINTS, UNALLOCATED, Filters, floor_to_step
 from apps.fleet.choices import GpuHealth, GpuStatus, NodeStatus
 from apps.fleet.models import Gpu, GpuModel
+from apps.jobs.models import JobAllocation
 from apps.reservations.choices import OPEN_STATUSES, ReservationStatus
 from apps.reservations.models import Reservation, ReservationGpu
 from apps.teams.models import Team
@@ -82,8 +83,11 @@ def reclaimed(filters: Filters) -> list[Reservation]:
 def gpu_states_now(filters: Filters, *, now: datetime | None = None) -> list[dict]:
     """Every GPU (no MIG devices) with its state now: unhealthy, busy, held_idle, unallocated,
     and the signal that state is judged on (`signal`: sm_active, util, or "" without telemetry).
-    Held means an open booking of one of the user's visible teams holds it; GPUs held by teams
-    the user cannot see show as `held_other`."""
+    Held means an open booking or a running job of one of the user's visible teams holds it;
+    GPUs held by teams the user cannot see show as `held_other`. A GPU nobody holds is
+    unallocated whatever its telemetry says: busy and idle describe what a holder does with
+    its GPUs, and load on a GPU nobody holds (a job's last seconds, a stray process) is
+    nobody's to pay for."""
     now = now or timezone.now()
     gpus = Gpu.objects.filter(mig_parent__isnull=True).select_related("node", "model")
     if filters.gpu_model:
@@ -94,6 +98,12 @@ def gpu_states_now(filters: Filters, *, now: datetime | None = None) -> list[dic
             active=True, start__lte=now, end__gt=now, reservation__status__in=OPEN_STATUSES
         ).values_list("gpu_id", "reservation__team_id")
     )
+    running_jobs = JobAllocation.objects.filter(end__isnull=True).values_list(
+        "gpu_id", "job__team_id"
+    )
+    for gpu_id, team_id in running_jobs:
+        # A job inside a booking runs on the booking's GPUs: the booking names the holder.
+        holders.setdefault(gpu_id, team_id)
     recent = now - timedelta(minutes=5)
     activity = {
         row["gpu_id"]: row
@@ -114,12 +124,12 @@ def gpu_states_now(filters: Filters, *, now: datetime | None = None) -> list[dic
             state = "unhealthy"
         elif team_id is not None and team_id not in visible:
             state = "held_other"
+        elif team_id is None:
+            state = UNALLOCATED
         elif (activity.get(gpu.pk) or {}).get("busy"):
             state = "busy"
-        elif team_id is not None:
-            state = "held_idle"
         else:
-            state = UNALLOCATED
+            state = "held_idle"
         result.append(
             {
                 "gpu": gpu,
