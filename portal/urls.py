@@ -55,7 +55,11 @@ urlpatterns = [
     path("api/v1/", include(router.urls)),
     path("api/v1/schema/", SpectacularAPIView.as_view(), name="schema"),
     # The split view serves Swagger UI's settings as a script file, not inline (CSP).
-    path("api/v1/docs/", SpectacularSwaggerSplitView.as_view(url_name="schema"), name="swagger-ui"),
+    path(
+        "api/v1/docs/",
+        SpectacularSwaggerSplitView.as_view(url_name="schema", template_name="api_docs.html"),
+        name="swagger-ui",
+    ),
     path("healthz", views.healthz_view, name="healthz"),
     path("metrics", views.metrics_view, name="metrics"),
 ]

@@ -91,8 +91,9 @@ def _burn_down(period, teams, now) -> dict:
             "margin": {**LAYOUT["margin"], "r": 60},
             "height": 520,
             "hovermode": "x unified",
+            # Dates under both panels: the top one is read alone when no budget is set.
             "xaxis": {"type": "date", "range": days, "anchor": "y", "matches": "x2",
-                      "showticklabels": False},
+                      "tickformat": "%b %-d"},
             "yaxis": {"title": {"text": f"Cumulative cost ({settings.BILLING_CURRENCY})"},
                       "domain": [0.42, 1], "rangemode": "tozero", "tickformat": ",.0f"},
             # Whole UTC days, not moments: dashboards.js leaves them (and this title) as they are.

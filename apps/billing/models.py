@@ -16,9 +16,17 @@ PRECISE_MONEY = {"max_digits": 24, "decimal_places": 10}
 class RateCard(models.Model):
     """Price of one GPU-hour of a model over [effective_from, effective_to)."""
 
-    gpu_model = models.ForeignKey("fleet.GpuModel", on_delete=models.PROTECT, related_name="rates")
+    gpu_model = models.ForeignKey(
+        "fleet.GpuModel",
+        verbose_name="GPU model",
+        on_delete=models.PROTECT,
+        related_name="rates",
+    )
     price_per_gpu_hour = models.DecimalField(
-        max_digits=12, decimal_places=4, validators=[MinValueValidator(Decimal(0))]
+        "price per GPU-hour",
+        max_digits=12,
+        decimal_places=4,
+        validators=[MinValueValidator(Decimal(0))],
     )
     currency = models.CharField(max_length=3, default="USD")
     effective_from = models.DateTimeField()
@@ -31,6 +39,7 @@ class RateCard(models.Model):
         help_text="Applied to GPU time above the team's guarantee.",
     )
     energy_price_per_kwh = models.DecimalField(
+        "energy price per kWh",
         max_digits=10,
         decimal_places=5,
         null=True,
@@ -100,7 +109,12 @@ class LedgerEntry(models.Model):
         "fleet.Gpu", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
     )
     gpu_model = models.ForeignKey(
-        "fleet.GpuModel", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+        "fleet.GpuModel",
+        verbose_name="GPU model",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="+",
     )
     slice_start = models.DateTimeField()
     slice_end = models.DateTimeField()
@@ -132,6 +146,7 @@ class LedgerEntry(models.Model):
 
     class Meta:
         ordering = ["slice_start", "id"]
+        verbose_name_plural = "ledger entries"
         constraints = [
             models.UniqueConstraint(
                 # slice_start first: metering asks "is anything charged in this window yet?"

@@ -42,7 +42,7 @@ from apps.teams.choices import TeamRole
 from apps.teams.models import Membership
 from apps.teams.permissions import is_finance, is_platform_admin
 from portal.exceptions import ConflictError, PolicyRefusal
-from portal.formatting import format_when
+from portal.formatting import format_money, format_when
 
 CENT = Decimal("0.01")
 # Budgets can be planned this many months past the current one (bookings reach into them).
@@ -365,8 +365,8 @@ def _email_budget_alert(budget: Budget, threshold: int, spent: Decimal) -> None:
         f"[GPU portal] {budget.team.slug} has used {threshold} % of its {budget.period} budget"
     )
     body = (
-        f"Team {budget.team.name} has been charged {spent.quantize(CENT)} of its "
-        f"{budget.amount} budget for {budget.period} ({threshold} % threshold)."
+        f"Team {budget.team.name} has been charged {format_money(spent)} of its "
+        f"{format_money(budget.amount)} budget for {budget.period} ({threshold} % threshold)."
     )
     outbox_send_mail(subject=subject, body=body, recipients=list(recipients))
 
@@ -400,8 +400,9 @@ def _check_month_budget(*, team, gpu_model, count, start, end, period, now) -> N
     if cost > 0 and cost > left:
         available = max(left, Decimal(0)).quantize(CENT)
         raise PolicyRefusal(
-            f"This booking would cost {cost.quantize(CENT)} in {period} but only {available} "
-            f"is left of {team.slug}'s {budget.amount} budget for that month.",
+            f"This booking would cost {format_money(cost)} in {period} but only "
+            f"{format_money(available)} is left of {team.slug}'s {format_money(budget.amount)} "
+            "budget for that month.",
             code="budget_exhausted",
             detail={
                 "budget": str(budget.amount),

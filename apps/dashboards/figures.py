@@ -314,16 +314,21 @@ def fleet(filters: Filters) -> dict:
     )
     readings = data["readings"]
     line = go.Scattergl if len(readings) > GL_POINTS else go.Scatter
+    # Temperature and power in two panels over the same GPUs: on one plot with two y axes a
+    # GPU's two markers land on each other whenever the scales happen to agree.
     thermal = go.Figure(
         layout={
             **LAYOUT,
-            "margin": {"l": 60, "r": 60, "t": 30, "b": 120},
-            "legend": {"orientation": "h", "y": 1.12},
-            "xaxis": {"type": "category", "showticklabels": len(readings) <= 64},
-            "yaxis": {"title": "Temperature (°C)"},
-            "yaxis2": {"title": "Power (W)", "overlaying": "y", "side": "right"},
+            "height": 460,
+            "margin": {"l": 60, "r": 30, "t": 30, "b": 120},
+            "legend": {"orientation": "h", "y": 1.08},
+            "xaxis": {"type": "category", "showticklabels": len(readings) <= 64,
+                      "anchor": "y2"},
+            "yaxis": {"title": {"text": "Temperature (°C)"}, "domain": [0.55, 1],
+                      "anchor": "x"},
+            "yaxis2": {"title": {"text": "Power (W)"}, "domain": [0, 0.45], "anchor": "x"},
         }
-    )
+    )  # fmt: skip
     gpus = [r["gpu"] for r in readings]
     thermal.add_trace(
         line(x=gpus, y=[r["temp_c"] for r in readings], name="temperature °C", mode="markers")

@@ -31,6 +31,8 @@ class DigestSent(models.Model):
 
     class Meta:
         ordering = ["-week", "team_id"]
+        verbose_name = "digest sent"
+        verbose_name_plural = "digests sent"
         constraints = [
             models.UniqueConstraint(fields=["team", "week"], name="digestsent_unique_team_week")
         ]
@@ -58,6 +60,7 @@ class AllocationSummary(models.Model):
     computed_at = models.DateTimeField()
 
     class Meta:
+        verbose_name_plural = "allocation summaries"
         constraints = [
             models.UniqueConstraint(
                 fields=["kind", "source_id"], name="allocationsummary_unique_kind_source"

@@ -12,6 +12,8 @@ class GpuModel(models.Model):
 
     class Meta:
         ordering = ["name"]
+        verbose_name = "GPU model"
+        verbose_name_plural = "GPU models"
 
     def __str__(self) -> str:
         return self.name
@@ -42,17 +44,27 @@ class GpuQuerySet(models.QuerySet):
 class Gpu(models.Model):
     node = models.ForeignKey(Node, on_delete=models.PROTECT, related_name="gpus")
     index = models.PositiveSmallIntegerField(help_text="NVML device index on the node.")
-    uuid = models.CharField(max_length=96, unique=True)
+    uuid = models.CharField("UUID", max_length=96, unique=True)
     model = models.ForeignKey(GpuModel, on_delete=models.PROTECT, related_name="gpus")
     nvlink_domain = models.CharField(
-        max_length=64, blank=True, help_text="GPUs sharing a domain talk over NVLink/NVSwitch."
+        "NVLink domain",
+        max_length=64,
+        blank=True,
+        help_text="GPUs sharing a domain talk over NVLink/NVSwitch.",
     )
     status = models.CharField(max_length=16, choices=GpuStatus.choices, default=GpuStatus.ACTIVE)
     health = models.CharField(max_length=16, choices=GpuHealth.choices, default=GpuHealth.HEALTHY)
     mig_parent = models.ForeignKey(
-        "self", null=True, blank=True, on_delete=models.CASCADE, related_name="mig_devices"
+        "self",
+        verbose_name="MIG parent",
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="mig_devices",
     )
-    mig_profile = models.CharField(max_length=32, blank=True, help_text='e.g. "1g.10gb"')
+    mig_profile = models.CharField(
+        "MIG profile", max_length=32, blank=True, help_text='e.g. "1g.10gb"'
+    )
     # Metering charges a GPU's unallocated capacity only while it is in the fleet.
     in_fleet_since = models.DateTimeField(
         default=timezone.now, help_text="When the GPU joined the fleet (its capacity is billed)."
@@ -65,6 +77,8 @@ class Gpu(models.Model):
 
     class Meta:
         ordering = ["node__hostname", "index", "id"]
+        verbose_name = "GPU"
+        verbose_name_plural = "GPUs"
         constraints = [
             models.UniqueConstraint(
                 fields=["node", "index"],

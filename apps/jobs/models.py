@@ -26,13 +26,14 @@ class Job(models.Model):
     env = models.JSONField(default=dict, blank=True, help_text="Extra environment variables.")
     gpu_model = models.ForeignKey(
         "fleet.GpuModel",
+        verbose_name="GPU model",
         null=True,
         blank=True,
         on_delete=models.PROTECT,
         related_name="jobs",
         help_text="Empty: any model.",
     )
-    gpu_count = models.PositiveIntegerField()
+    gpu_count = models.PositiveIntegerField("GPU count")
     same_node = models.BooleanField(default=True)
     max_runtime_seconds = models.PositiveIntegerField()
     priority_class = models.CharField(

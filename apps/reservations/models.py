@@ -14,7 +14,10 @@ class Reservation(models.Model):
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="reservations"
     )
     gpu_model = models.ForeignKey(
-        "fleet.GpuModel", on_delete=models.PROTECT, related_name="reservations"
+        "fleet.GpuModel",
+        verbose_name="GPU model",
+        on_delete=models.PROTECT,
+        related_name="reservations",
     )
     count = models.PositiveIntegerField()
     start = models.DateTimeField(db_index=True)

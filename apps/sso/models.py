@@ -80,6 +80,7 @@ class SsoIdentity(models.Model):
     )
 
     class Meta:
+        verbose_name = "SSO identity"
         verbose_name_plural = "SSO identities"
         constraints = [
             models.UniqueConstraint(

@@ -129,6 +129,7 @@ class Quota(models.Model):
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="quotas")
     gpu_model = models.ForeignKey(
         "fleet.GpuModel",
+        verbose_name="GPU model",
         null=True,
         blank=True,
         on_delete=models.PROTECT,
@@ -187,6 +188,7 @@ class ApiToken(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
+        verbose_name = "API token"
         constraints = [
             models.UniqueConstraint(
                 fields=["user", "name"],

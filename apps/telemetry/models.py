@@ -56,6 +56,7 @@ class IngestBatch(models.Model):
     rejected = models.PositiveIntegerField(default=0)
 
     class Meta:
+        verbose_name_plural = "ingest batches"
         constraints = [
             models.UniqueConstraint(fields=["node", "seq"], name="ingestbatch_unique_node_seq")
         ]

@@ -49,7 +49,7 @@ def test_booking_with_nothing_left_is_refused_with_budget_exhausted(
     assert body["code"] == "budget_exhausted"
     assert body["detail"]["left"] == left
     assert body["detail"]["booking_cost"] == "10.00"  # 2 GPUs x 2 h x 2.50
-    assert "only 0.00 is left" in body["message"]
+    assert "only 0.00 USD is left" in body["message"]
     assert not Reservation.objects.exists()
 
 
@@ -90,5 +90,19 @@ def test_booking_form_shows_the_budget_refusal_inline(
         },
     )
     assert response.status_code == 200
-    assert "only 0.00 is left of vision" in response.content.decode()
+    assert "only 0.00 USD is left of vision" in response.content.decode()
     assert not Reservation.objects.exists()
+
+
+def test_budget_refusal_writes_amounts_with_separators_and_currency(
+    member, quotas, finance_user, team, rates, tomorrow_9
+):
+    _block_budget(team, finance_user, tomorrow_9, amount="3668.16", spent="3660")
+    response = client_for(member).post(
+        "/api/v1/reservations/", booking(count=2, start=tomorrow_9), format="json"
+    )
+    assert response.status_code == 403, response.content
+    message = response.json()["message"]
+    assert "would cost 10.00 USD" in message
+    assert "only 8.16 USD is left" in message
+    assert "3,668.16 USD budget" in message

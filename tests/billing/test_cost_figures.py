@@ -61,3 +61,15 @@ def test_money_axes_name_the_currency(november_with_budget, team):
     )["figures"]
     for name in ("cost-by-month", "by-model", "over-quota"):
         assert figures[name]["layout"]["yaxis"]["title"]["text"] == "Cost (USD)", name
+
+
+def test_burn_down_reads_dates_under_the_spend_panel_too(november_with_budget, team):
+    Budget.objects.all().delete()
+    burn = cost_figures(
+        period=november_with_budget, teams=[team], include_platform=False, now=AFTER_NOV
+    )["figures"]["burn-down"]
+    top = burn["layout"]["xaxis"]
+    # Without a budget the lower panel is empty; the spend panel still names its days.
+    assert top.get("showticklabels", True) is True
+    assert top["type"] == "date"
+    assert top["tickformat"] == "%b %-d"

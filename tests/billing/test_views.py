@@ -21,6 +21,17 @@ def test_chargeback_page_shows_team_totals_and_downloads(client, finance_user, n
     assert "draft" in page
 
 
+def test_chargeback_table_names_the_currency_once_in_its_headers(
+    client, finance_user, november, team
+):
+    client.force_login(finance_user)
+    page = client.get("/billing/?period=2026-11").content.decode()
+    assert '<th scope="col">Cost (USD)</th>' in page
+    assert '<td data-testid="team-cost">15.00</td>' in page
+    table = page[page.index('data-testid="chargeback-summary"') : page.index("</table>")]
+    assert "USD</td>" not in table
+
+
 def test_chargeback_page_is_finance_only(client, member, team_admin):
     for user in (member, team_admin):
         client.force_login(user)

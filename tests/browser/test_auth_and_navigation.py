@@ -141,3 +141,8 @@ def test_swagger_ui_renders_offline(page, live_server):
     assert requested_hosts, "the docs page made no requests at all"
     foreign = sorted({host for host in requested_hosts if host not in {local_host, "localhost"}})
     assert not foreign, f"Swagger UI loaded assets from other hosts (CDN?): {foreign}"
+
+    # The docs page leads back to the portal.
+    page.get_by_test_id("back-to-portal").click()
+    page.wait_for_url(f"{live_server.url}/")
+    expect(page.get_by_test_id("nav")).to_be_visible()

@@ -80,7 +80,8 @@ def test_team_admin_prints_the_teams_statement_and_finance_zips_them_all(
     page = login_as("fran")
     page.goto(f"/billing/?period={last_month}")
     nlp_cost = page.locator("[data-team='nlp'] [data-testid='team-cost']").inner_text()
-    assert nlp_cost == statement_total  # the page and the statement agree to the cent
+    # The page names the currency once, in the column header.
+    assert f"{nlp_cost} USD" == statement_total  # the page and the statement agree to the cent
     with page.expect_download() as info:
         page.locator("[data-testid='downloads'] a[data-format='statements']").click()
     archive = zipfile.ZipFile(info.value.path())

@@ -118,3 +118,13 @@ def test_utilization_chart_axes_have_units(platform_admin, history):
     layout = body["figures"]["allocated-busy"]["layout"]
     assert layout["yaxis"]["title"]["text"] == "GPUs (average over each step)"
     assert layout["xaxis"]["title"]["text"] == "Time (UTC)"
+
+
+def test_fleet_temperature_and_power_get_separate_panels(platform_admin, history):
+    thermal = embedded_figures(logged_in(platform_admin).get("/dashboards/fleet/"))["thermal"]
+    layout = thermal["layout"]
+    temperature, power = layout["yaxis"]["domain"], layout["yaxis2"]["domain"]
+    # No overlaid second axis: a GPU's two markers can never land on each other.
+    assert "overlaying" not in layout["yaxis2"]
+    assert power[1] < temperature[0]
+    assert {t.get("yaxis", "y") for t in thermal["data"]} == {"y", "y2"}
