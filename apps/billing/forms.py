@@ -6,8 +6,12 @@ from apps.teams.models import Team
 
 
 class RateCardForm(forms.Form):
-    gpu_model = forms.ModelChoiceField(GpuModel.objects.all(), to_field_name="name")
-    price_per_gpu_hour = forms.DecimalField(min_value=0, max_digits=12, decimal_places=4)
+    gpu_model = forms.ModelChoiceField(
+        GpuModel.objects.all(), to_field_name="name", label="GPU model"
+    )
+    price_per_gpu_hour = forms.DecimalField(
+        min_value=0, max_digits=12, decimal_places=4, label="Price per GPU-hour"
+    )
     currency = forms.RegexField(r"^[A-Za-z]{3}$", required=False, max_length=3)
     effective_from = forms.DateTimeField(help_text="UTC, e.g. 2026-12-01 00:00")
     effective_to = forms.DateTimeField(required=False)
@@ -15,7 +19,7 @@ class RateCardForm(forms.Form):
         min_value=0, max_digits=6, decimal_places=3, initial=1
     )
     energy_price_per_kwh = forms.DecimalField(
-        min_value=0, max_digits=10, decimal_places=5, required=False
+        min_value=0, max_digits=10, decimal_places=5, required=False, label="Energy price per kWh"
     )
 
 

@@ -30,6 +30,7 @@ class QuotaForm(forms.Form):
         to_field_name="name",
         required=False,
         empty_label="any model",
+        label="GPU model",
     )
     guaranteed = forms.IntegerField(min_value=0, max_value=1_000_000)
     limit = forms.IntegerField(min_value=0, max_value=1_000_000)
