@@ -19,6 +19,7 @@ from portal.secret_key import development_secret_key, offline_command, secret_ke
 from workers.broker import SCHEME as EMBEDDED_BROKER
 from workers.broker import is_embedded as is_embedded_broker
 from workers.broker import transport_options as embedded_broker_options
+from workers.protocol import DEFAULT_TELEMETRY_QUEUE
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = BASE_DIR / "var"
@@ -438,7 +439,7 @@ IDLE_SM_ACTIVE_PERCENT = env.float("IDLE_SM_ACTIVE_PERCENT", default=5.0)
 IDLE_WINDOW_MINUTES = env.int("IDLE_WINDOW_MINUTES", default=30)
 IDLE_GRACE_MINUTES = env.int("IDLE_GRACE_MINUTES", default=15)
 IDLE_NO_SHOW_MINUTES = env.int("IDLE_NO_SHOW_MINUTES", default=30)
-TELEMETRY_QUEUE = env.str("TELEMETRY_QUEUE", default="telemetry")
+TELEMETRY_QUEUE = env.str("TELEMETRY_QUEUE", default=DEFAULT_TELEMETRY_QUEUE)
 TELEMETRY_DRAIN_SECONDS = env.float("TELEMETRY_DRAIN_SECONDS", default=2.0)
 TELEMETRY_DRAIN_MAX_BATCHES = env.int("TELEMETRY_DRAIN_MAX_BATCHES", default=2000)
 # Samples one drain takes at most (plus the rest of the batch that reaches it): a backlog of big

@@ -38,6 +38,7 @@ from apps.jobs.scheduler.state import (
 from apps.reservations.choices import OPEN_STATUSES as RESERVATION_OPEN_STATUSES
 from apps.reservations.models import ReservationGpu
 from apps.teams.models import Quota
+from workers.protocol import LAUNCH_TASK
 
 logger = logging.getLogger(__name__)
 
@@ -314,7 +315,7 @@ def _apply(decision: Decision, *, now: datetime, result: CycleResult) -> None:
             spec = launch_spec(
                 job, by_node[hostname], rank=rank, ranks=len(hostnames), master=primary
             )
-            services.send_agent_task("agent.launch", hostname, spec, key=services.launch_key(job))
+            services.send_agent_task(LAUNCH_TASK, hostname, spec, key=services.launch_key(job))
         result.placed.append(job.pk)
 
     placed = set(result.placed)

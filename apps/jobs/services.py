@@ -35,6 +35,7 @@ from portal import hooks
 from portal.exceptions import ConflictError, PolicyRefusal
 from portal.formatting import format_count
 from portal.pg_text import storable, text_problem
+from workers.protocol import KILL_TASK, LAUNCH_TASK, hostname_of_queue, node_queue
 
 logger = logging.getLogger(__name__)
 
@@ -53,19 +54,19 @@ def send_agent_task(name: str, hostname: str, *args, key: str = "") -> None:
     written in the caller's transaction and sent after the commit, or later by beat if the
     broker is down (a kill is delayed by an outage, never lost). A `key` lets a later change
     withdraw it while it is unsent."""
-    outbox_send_task(name, queue=f"node.{hostname}", args=args, key=key)
+    outbox_send_task(name, queue=node_queue(hostname), args=args, key=key)
 
 
 def launch_key(job: Job) -> str:
     """Outbox key of the launches of the job's current attempt (one per node)."""
-    return f"agent.launch:{job.pk}:{job.attempt}"
+    return f"{LAUNCH_TASK}:{job.pk}:{job.attempt}"
 
 
 def _withdraw_launches(job: Job, hostnames: list[str], *, now: datetime) -> list[str]:
     """Drop the attempt's launches still waiting in the outbox (the broker is down): those
     nodes never start it, so they need no kill and its GPUs there are free at once. Returns
     the nodes that may run it (their launch went out): they get the kill."""
-    unsent = {queue.removeprefix("node.") for queue in outbox_withdraw(key=launch_key(job))}
+    unsent = {hostname_of_queue(queue) for queue in outbox_withdraw(key=launch_key(job))}
     for hostname in unsent:
         release_allocations(job_id=job.pk, attempt=job.attempt, hostname=hostname, now=now)
     return [h for h in hostnames if h not in unsent]
@@ -85,7 +86,7 @@ def trigger_schedule() -> None:
 
 def _kill_on_commit(job: Job, hostnames: list[str], grace_seconds: int) -> None:
     for hostname in hostnames:
-        send_agent_task("agent.kill", hostname, job.pk, job.attempt, grace_seconds)
+        send_agent_task(KILL_TASK, hostname, job.pk, job.attempt, grace_seconds)
 
 
 def _job_hostnames(job: Job) -> list[str]:
@@ -467,9 +468,7 @@ def jobs_kill_stale_attempts(*, node: Node, now: datetime | None = None) -> list
         .distinct()
     )
     for job_id, attempt in stale:
-        send_agent_task(
-            "agent.kill", node.hostname, job_id, attempt, settings.JOBS_KILL_GRACE_SECONDS
-        )
+        send_agent_task(KILL_TASK, node.hostname, job_id, attempt, settings.JOBS_KILL_GRACE_SECONDS)
     if stale:
         logger.warning("node %s is back: killing stopped attempts %s", node.hostname, stale)
     return stale

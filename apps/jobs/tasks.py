@@ -3,6 +3,7 @@
 from celery import shared_task
 
 from apps.jobs import dispatch, services, whatif
+from workers.protocol import JOB_REPORT_TASK
 
 
 @shared_task(name="jobs.schedule", acks_late=False, time_limit=60, soft_time_limit=55)
@@ -13,7 +14,7 @@ def schedule() -> dict:
     return {"locked": result.locked, "placed": result.placed, "preempted": result.preempted}
 
 
-@shared_task(name="jobs.report")
+@shared_task(name=JOB_REPORT_TASK)
 def report(payload) -> str:
     """A node agent reports a job `started` or `finished` (exit code, log tail)."""
     return services.job_report(report=payload)

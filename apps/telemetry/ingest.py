@@ -28,6 +28,13 @@ from apps.telemetry.rollups import late_rollups_note
 from apps.telemetry.services import counter_add, node_reported_again
 from portal.bulk import insert_ignoring_duplicates
 from portal.pg_text import storable
+from workers.protocol import (
+    INTEGER_FIELDS,
+    MAX_HOSTNAME,
+    MAX_SAMPLES_PER_BATCH,
+    MAX_SEQ,
+    SAMPLE_RANGES,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -37,35 +44,9 @@ CONNECTION_ERRORS = (OperationalError, InterfaceError, psycopg.OperationalError)
 
 SAMPLE_TABLE = "telemetry_gpusample"
 SAMPLE_KEY = ("gpu_id", "ts")
-SAMPLE_COLUMNS = (
-    "gpu_id",
-    "ts",
-    "util_gpu",
-    "util_mem",
-    "mem_used_mib",
-    "power_w",
-    "temp_c",
-    "energy_mj",
-    "sm_active",
-    "sm_occupancy",
-    "tensor_active",
-    "dram_bw_util",
-)
-# Field: (lowest, highest) accepted; NVML gives None where a device cannot report it.
-SAMPLE_RANGES: dict[str, tuple[float, float]] = {
-    "util_gpu": (0, 100),
-    "util_mem": (0, 100),
-    "mem_used_mib": (0, 10_000_000),
-    "power_w": (0, 10_000),
-    "temp_c": (-40, 200),
-    "energy_mj": (0, 2**62),
-    # GPM metrics (Hopper and newer), percent of the poll interval; absent on older GPUs.
-    "sm_active": (0, 100),
-    "sm_occupancy": (0, 100),
-    "tensor_active": (0, 100),
-    "dram_bw_util": (0, 100),
-}
-INTEGER_FIELDS = {"util_gpu", "util_mem", "mem_used_mib", "temp_c", "energy_mj"}
+# The table holds every measured field of the protocol, in its order.
+SAMPLE_COLUMNS = ("gpu_id", "ts", *SAMPLE_RANGES)
+# Every value of workers.protocol.HEALTH_VALUES (tests/workers/test_protocol.py).
 HEALTH_FROM_AGENT = {
     "healthy": GpuHealth.HEALTHY,
     "degraded": GpuHealth.DEGRADED,
@@ -87,7 +68,7 @@ class IngestResult:
 
 
 _VALUE_CHECKS = tuple(
-    (name, *SAMPLE_RANGES[name], name in INTEGER_FIELDS) for name in SAMPLE_COLUMNS[2:]
+    (name, low, high, name in INTEGER_FIELDS) for name, (low, high) in SAMPLE_RANGES.items()
 )
 _NUMBER = (int, float)
 
@@ -126,11 +107,6 @@ def _clean_sample(
             return None, "value_out_of_range"
         row.append(int(value) if integer else float(value))
     return tuple(row), ""
-
-
-MAX_HOSTNAME = 253  # IngestBatch.node, Node.hostname
-MAX_SEQ = 2**63 - 1  # a bigint
-MAX_SAMPLES_PER_BATCH = 10_000  # 1,000 GPUs and MIG devices per node is already generous
 
 
 def _batch_problem(batch) -> str:

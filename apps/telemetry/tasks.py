@@ -13,10 +13,11 @@ from apps.fleet.models import Node
 from apps.telemetry import drain as telemetry_queue
 from apps.telemetry import idle, rollups, services
 from apps.telemetry import ingest as ingest_batches
+from workers.protocol import INGEST_TASK, POLL_TASK, REGISTER_NODE_TASK, node_queue
 
 
 @shared_task(
-    name="telemetry.ingest",
+    name=INGEST_TASK,
     autoretry_for=(IntegrityError, psycopg.errors.IntegrityError),
     max_retries=3,
     retry_backoff=True,
@@ -33,7 +34,7 @@ def drain() -> dict:
     return telemetry_queue.telemetry_drain()
 
 
-@shared_task(name="telemetry.register_node")
+@shared_task(name=REGISTER_NODE_TASK)
 def register_node(inventory) -> str:
     return services.node_register(inventory=inventory).hostname
 
@@ -45,7 +46,7 @@ def poll_fleet() -> int:
     hostnames = Node.objects.exclude(status=NodeStatus.RETIRED).values_list("hostname", flat=True)
     for hostname in hostnames:
         current_app.send_task(
-            "agent.poll", queue=f"node.{hostname}", expires=settings.TELEMETRY_POLL_SECONDS
+            POLL_TASK, queue=node_queue(hostname), expires=settings.TELEMETRY_POLL_SECONDS
         )
     return len(hostnames)
 

@@ -4,7 +4,8 @@ import argparse
 import os
 import socket
 
-from workers.agent.app import BACKENDS, create_app, node_queue
+from workers.agent.app import BACKENDS, create_app
+from workers.protocol import node_queue
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

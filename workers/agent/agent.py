@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from workers.agent.nvml import NvmlReader, nvlink_domains
+from workers.protocol import INGEST_TASK, REGISTER_NODE_TASK
 
 logger = logging.getLogger(__name__)
 
@@ -55,7 +56,7 @@ class Agent:
         }
 
     def register(self) -> None:
-        self.send("telemetry.register_node", self.inventory())
+        self.send(REGISTER_NODE_TASK, self.inventory())
 
     def poll(self) -> dict:
         """Read every GPU once and send the batch (with any buffered ones)."""
@@ -85,7 +86,7 @@ class Agent:
         sent = 0
         while self.pending:
             try:
-                self.send("telemetry.ingest", self.pending[0])
+                self.send(INGEST_TASK, self.pending[0])
             except Exception as error:  # noqa: BLE001 - broker down: keep the batch for later
                 logger.warning(
                     "cannot reach the portal (%s); %d batches buffered, %d dropped",

@@ -12,16 +12,22 @@ from workers.agent.agent import Agent
 from workers.agent.backends import make_reader
 from workers.agent.jobs import JobRunner
 from workers.broker import is_embedded, transport_options
+from workers.protocol import (
+    DEFAULT_TELEMETRY_QUEUE,
+    INGEST_TASK,
+    JOB_REPORT_TASK,
+    KILL_TASK,
+    LAUNCH_TASK,
+    PING_TASK,
+    POLL_TASK,
+    PORTAL_QUEUE,
+    node_queue,
+)
 
 BACKENDS = ("real", "simulated")
-PORTAL_QUEUE = "portal"
 # Batches wait here until the portal drains many of them into one transaction.
-TELEMETRY_QUEUE = os.environ.get("TELEMETRY_QUEUE", "telemetry")
+TELEMETRY_QUEUE = os.environ.get("TELEMETRY_QUEUE", DEFAULT_TELEMETRY_QUEUE)
 logger = logging.getLogger(__name__)
-
-
-def node_queue(hostname: str) -> str:
-    return f"node.{hostname}"
 
 
 def broker_url() -> str:
@@ -65,7 +71,7 @@ def create_app(
     )
 
     def send(task_name: str, payload: dict) -> None:
-        queue = TELEMETRY_QUEUE if task_name == "telemetry.ingest" else PORTAL_QUEUE
+        queue = TELEMETRY_QUEUE if task_name == INGEST_TASK else PORTAL_QUEUE
         app.send_task(task_name, args=[payload], queue=queue, retry=False)
 
     agent = Agent(
@@ -78,7 +84,7 @@ def create_app(
     nvml = agent.reader.nvml
     runner = JobRunner(
         hostname=hostname,
-        report=lambda payload: send("jobs.report", payload),
+        report=lambda payload: send(JOB_REPORT_TASK, payload),
         log_dir=Path(os.environ.get("AGENT_JOB_DIR", "var/agent-jobs")) / hostname,
         simulated=backend == "simulated",
         run_commands=run_commands,
@@ -86,22 +92,22 @@ def create_app(
     )
     app.conf.job_runner = runner
 
-    @app.task(name="agent.launch")
+    @app.task(name=LAUNCH_TASK)
     def launch(spec: dict) -> str:
         """Start a job attempt on this node's GPUs (a duplicate delivery is ignored)."""
         return runner.launch(spec)
 
-    @app.task(name="agent.kill")
+    @app.task(name=KILL_TASK)
     def kill(job_id: int, attempt: int, grace_seconds: float | None = None) -> str:
         """Stop a job attempt: SIGTERM to its process group, SIGKILL after the grace period."""
         return runner.kill(job_id, attempt, grace_seconds)
 
-    @app.task(name="agent.ping")
+    @app.task(name=PING_TASK)
     def ping() -> dict:
         """Liveness probe: which node answered and with which NVML backend."""
         return {"hostname": hostname, "backend": backend}
 
-    @app.task(name="agent.poll", acks_late=False)
+    @app.task(name=POLL_TASK, acks_late=False)
     def poll() -> dict:
         """Read the GPUs and send one batch. Not acked late: a poll lost with a dying agent is
         simply the next poll's job, never worth repeating."""

@@ -21,28 +21,11 @@ from typing import Any
 
 import pynvml
 
+from workers.protocol import SAMPLE_KEYS
+
 log = logging.getLogger(__name__)
 
 MIB = 1024 * 1024
-SAMPLE_KEYS = (
-    "uuid",
-    "parent_uuid",
-    "ts",
-    "util_gpu",
-    "util_mem",
-    "mem_used_mib",
-    "mem_total_mib",
-    "power_w",
-    "temp_c",
-    "energy_mj",
-    "sm_active",
-    "sm_occupancy",
-    "tensor_active",
-    "dram_bw_util",
-    "ecc_uncorrected",
-    "xid",
-    "health",
-)
 # "This GPU or driver cannot tell you that": the field becomes None, the others are still read.
 _UNAVAILABLE = (
     pynvml.NVMLError_NotSupported,
