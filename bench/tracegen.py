@@ -25,8 +25,11 @@ seed gives the same trace on every machine.
   day) is ``load`` (default 0.75) on ``fleet_gpus`` GPUs (default 512 = 64 nodes x 8); burst
   days then offer well over 150 %.
 * About 60 % of jobs of 8 GPUs or more, and 15 % of the others, are ``checkpointable``.
+* Each big team has 3 to 12 users, a small team 1 to 3; a team's jobs go to its users with
+  Zipf weights (1, 1/2, 1/3, ...: one heavy user, a few light ones). Users are drawn from
+  their own ``random.Random(seed + 1)``, so a seed gives the same jobs with or without them.
 
-Columns: ``job_id, submit, duration, gpus, team, checkpointable`` (seconds).
+Columns: ``job_id, submit, duration, gpus, team, checkpointable, user`` (seconds).
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ import math
 import random
 import sys
 from collections import Counter, defaultdict
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -115,6 +119,7 @@ def generate(
         ]  # fmt: skip
         offered = sum(j.gpus * j.duration for j in out) / (fleet_gpus * DAY * days)
         factor *= load / offered
+    out = _with_users(out, random.Random(seed + 1), small=set(_small_names(big, small_teams)))
     out.sort(key=lambda j: (j.submit, j.job_id))
     per_day: dict[int, float] = defaultdict(float)
     for j in out:
@@ -134,10 +139,27 @@ def generate(
         "small_teams": {
             t: n for t, n in sorted(Counter(j.team for j in out).items()) if t not in kinds
         },
+        "users": len({(j.team, j.user) for j in out}),
         "one_gpu_share": sizes_count[1] / len(out),
         "checkpointable_share": sum(j.checkpointable for j in out) / len(out),
     }
     return out, summary
+
+
+def _small_names(first: int, count: int) -> list[str]:
+    return [f"team-{first + k + 1:02d}" for k in range(count)]
+
+
+def _with_users(jobs: list[TraceJob], rng: random.Random, small: set[str]) -> list[TraceJob]:
+    """The jobs, each given a user of its team (see the module docstring)."""
+    users: dict[str, tuple[list[str], list[float]]] = {}
+    for team in sorted({j.team for j in jobs}):
+        n = rng.randint(1, 3) if team in small else rng.randint(3, 12)
+        users[team] = ([f"{team}-user{k + 1}" for k in range(n)], [1 / (k + 1) for k in range(n)])
+    return [
+        replace(j, user=rng.choices(*users[j.team])[0])
+        for j in sorted(jobs, key=lambda j: j.job_id)
+    ]
 
 
 def _small_teams(rng: random.Random, count: int, first: int, days: int) -> list[TraceJob]:
@@ -147,7 +169,7 @@ def _small_teams(rng: random.Random, count: int, first: int, days: int) -> list[
     _, _, scale = KINDS["train"]
     working = [d for d in range(days) if d % 7 not in (5, 6)] or list(range(days))
     for k in range(count):
-        team = f"team-{first + k + 1:02d}"
+        team = _small_names(first, count)[k]
         start = rng.choice(working) * DAY + rng.uniform(8, 16) * 3600.0
         for _ in range(rng.randint(3, 30)):
             gpus = rng.choice([1, 2, 4, 8])
@@ -161,10 +183,10 @@ def write_csv(jobs: list[TraceJob], path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", newline="") as fh:
         writer = csv.writer(fh)
-        writer.writerow(["job_id", "submit", "duration", "gpus", "team", "checkpointable"])
+        writer.writerow(["job_id", "submit", "duration", "gpus", "team", "checkpointable", "user"])
         for j in jobs:
             writer.writerow([j.job_id, f"{j.submit:.0f}", f"{j.duration:.0f}", j.gpus, j.team,
-                             int(j.checkpointable)])  # fmt: skip
+                             int(j.checkpointable), j.user or ""])  # fmt: skip
 
 
 def main() -> None:

@@ -35,6 +35,7 @@ from apps.jobs.scheduler.state import (
     RunningJob,
     TeamQuota,
 )
+from apps.jobs.scheduler.usage import UserClock
 from apps.reservations.choices import OPEN_STATUSES as RESERVATION_OPEN_STATUSES
 from apps.reservations.models import ReservationGpu
 from apps.teams.models import Quota
@@ -121,6 +122,44 @@ def _attained_gpu_seconds() -> dict[int, float]:
     return attained
 
 
+# How far back a user's jobs push the turns of their waiting ones: a backlog more than a day
+# of the team's guaranteed GPUs deep is rare, and the query stays small.
+TURN_LOOKBACK = timedelta(days=1)
+
+
+def _turns(waiting: list[Job], guaranteed: dict[str, int]) -> dict[int, float]:
+    """Each waiting job's turn in its team's queue (``UserClock``: per-user fair share inside
+    a team), from its user's jobs in the team submitted since a day before the user's oldest
+    waiting job, in submit order."""
+    since: dict[tuple[int, int], datetime] = {}
+    for job in waiting:
+        if job.submitted_by_id is not None:
+            key = (job.team_id, job.submitted_by_id)
+            since[key] = min(since.get(key, job.submitted_at), job.submitted_at)
+    if not since:
+        return {}
+    history = (
+        Job.objects.filter(
+            submitted_by_id__in={user for _, user in since},
+            submitted_at__gte=min(since.values()) - TURN_LOOKBACK,
+        )
+        .order_by("submitted_at", "id")
+        .values_list(
+            "pk", "team_id", "team__slug", "submitted_by_id", "submitted_at", "gpu_count",
+            "max_runtime_seconds",
+        )
+    )  # fmt: skip
+    clock, turns = UserClock(), {}
+    for pk, team_id, slug, user_id, submitted_at, gpus, runtime in history:
+        first = since.get((team_id, user_id))
+        if first is None or submitted_at < first - TURN_LOOKBACK:
+            continue
+        turns[pk] = clock.turn(
+            slug, str(user_id), _ts(submitted_at), gpus * runtime, guaranteed.get(slug, 0)
+        )
+    return turns
+
+
 def build_state(*, now: datetime) -> ClusterState:
     """What the scheduler sees now. Schedulable GPUs are active, healthy, on an up node (not
     drained, not in a maintenance window now), whole (MIG devices are not offered to jobs)."""
@@ -173,6 +212,16 @@ def build_state(*, now: datetime) -> ClusterState:
             )
         )
     attained = _attained_gpu_seconds()
+    quota_rows = list(Quota.objects.select_related("team", "gpu_model"))
+    waiting = list(
+        Job.objects.filter(status__in=WAITING_STATUSES)
+        .select_related("team", "gpu_model")
+        .order_by("submitted_at", "id")
+    )
+    guaranteed: dict[str, int] = {}
+    for q in quota_rows:
+        guaranteed[q.team.slug] = guaranteed.get(q.team.slug, 0) + q.guaranteed
+    turns = _turns(waiting, guaranteed)
     queued = [
         QueuedJob(
             job_id=job.pk,
@@ -187,10 +236,9 @@ def build_state(*, now: datetime) -> ClusterState:
             checkpointable=job.checkpointable,
             preemptions=job.preemption_count,
             attained=attained.get(job.pk, 0.0),
+            turn=turns.get(job.pk),
         )
-        for job in Job.objects.filter(status__in=WAITING_STATUSES)
-        .select_related("team", "gpu_model")
-        .order_by("submitted_at", "id")
+        for job in waiting
     ]
     quotas = [
         TeamQuota(
@@ -199,7 +247,7 @@ def build_state(*, now: datetime) -> ClusterState:
             guaranteed=q.guaranteed,
             limit=q.limit,
         )
-        for q in Quota.objects.select_related("team", "gpu_model")
+        for q in quota_rows
     ]
     return ClusterState(
         now=_ts(now),

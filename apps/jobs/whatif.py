@@ -70,6 +70,7 @@ def job_history(*, since: datetime, until: datetime) -> list[TraceJob]:
                 model=job.gpu_model.name if job.gpu_model else None,
                 max_runtime=float(job.max_runtime_seconds),  # the limit its user gave
                 same_node=job.same_node,
+                user=str(job.submitted_by_id) if job.submitted_by_id else None,
             )
         )
     return jobs

@@ -11,6 +11,7 @@ from apps.jobs import dispatch, services
 from apps.jobs.choices import JobStatus
 from apps.jobs.models import Job, JobAllocation
 from apps.jobs.scheduler.state import Decision, Pending, PendingReason, Placement, Preemption
+from tests.factories import MembershipFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -299,3 +300,21 @@ def test_the_job_page_says_which_jobs_stop_to_give_the_guarantee_back(
     page = client.get(f"/jobs/{mine.pk}/").content.decode()
     assert "Reclaiming your guarantee: 1 job of team nlp stops in 30 min." in page
     assert 'data-testid="estimated-start">Estimated start' in page
+
+
+def test_state_gives_a_teammates_job_its_turn_ahead_of_a_users_backlog(
+    member, team, h100, quotas, sent
+):
+    """vision is guaranteed 4 GPUs: each 4-GPU hour alice asks for moves her clock an hour,
+    so her fifth job's turn is 4 h after she submitted it; bob's job, submitted after all of
+    hers, takes its turn at once (per-user fair share inside a team)."""
+    bob = MembershipFactory(team=team, user=UserFactory(username="bob")).user
+    backlog = [_submit(member, team, gpu_model=h100, gpu_count=4) for _ in range(5)]
+    teammate = _submit(bob, team, gpu_model=h100, gpu_count=1)
+    queued = {q.job_id: q for q in dispatch.build_state(now=timezone.now()).queued}
+    first = backlog[0].submitted_at.timestamp()
+    assert queued[backlog[0].pk].turn == pytest.approx(first)
+    assert queued[backlog[4].pk].turn == pytest.approx(first + 4 * 3600, abs=5)
+    assert queued[teammate.pk].turn == pytest.approx(teammate.submitted_at.timestamp())
+    order = sorted(queued.values(), key=lambda q: q.queued_since)
+    assert [q.job_id for q in order][:2] == [backlog[0].pk, teammate.pk]

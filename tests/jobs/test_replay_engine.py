@@ -48,6 +48,7 @@ def traces(draw):
                 draw(st.sampled_from([None, None, *models])),
                 same_node=draw(st.booleans()),
                 checkpointable=draw(st.booleans()),
+                user=draw(st.sampled_from([None, "ann", "bob"])),
             )
         )
     quotas = []

@@ -36,6 +36,10 @@ Order of work in a ``fairshare`` cycle:
    not restarted in the cycle that stopped it. A gang that needs one whole node drains one
    ahead (see ``_drain``): no over-quota work starts there while it waits.
 
+Within a team, ``fairshare`` takes jobs in the order of their turn (``QueuedJob.turn``, from
+their user's virtual clock, ``usage.UserClock``: per-user fair share inside a team), which is
+the submit time for jobs without a user; aging counts from the turn.
+
 ``fifo`` and ``sjf`` are baselines: first-fit in submit order / shortest ``max_runtime`` first,
 respecting quota limits, no guarantees, no fair share, no preemption.
 
@@ -121,6 +125,8 @@ class SchedulerConfig:
 def _order_key(policy: str):
     if policy == "sjf":
         return lambda j: (j.max_runtime, j.submitted_at, j.job_id)
+    if policy == "fairshare":  # per-user fair share inside a team: the job's turn
+        return lambda j: (j.queued_since, j.job_id)
     return lambda j: (j.submitted_at, j.job_id)
 
 
@@ -164,8 +170,7 @@ class Engine(PreemptionMixin, ExplainMixin):
             )
         self.pool = FreePool(gpus)
         self.quotas = QuotaBook(quotas)
-        self.order = _order_key(policy)
-        self.queue_order = _order_key("fifo" if policy == "fairshare" else policy)
+        self.queue_order = _order_key(policy)
         self.total_capacity = max(1, len(gpus))
         self.running: dict[int, RunningJob] = {}
         self.busy: set[int] = set()
@@ -620,7 +625,7 @@ class Engine(PreemptionMixin, ExplainMixin):
         return head
 
     def _share(self, team: str, job: QueuedJob) -> float:
-        return self._share_at(team, job.submitted_at)
+        return self._share_at(team, job.queued_since)
 
     def _share_at(self, team: str, submitted_at: float) -> float:
         weight = max(1.0, self.quotas.weight.get(team, 0.0))
@@ -758,7 +763,7 @@ class Engine(PreemptionMixin, ExplainMixin):
         order = self.config.spare_order
         job = cand.job
         if order == "share":
-            return self._share_at(team, job.submitted_at)
+            return self._share_at(team, job.queued_since)
         if order == "las":
             return (job.attained, cand.key)
         if order == "tiresias":

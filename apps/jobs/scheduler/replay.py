@@ -45,7 +45,7 @@ from apps.jobs.scheduler.state import (
     RunningJob,
     TeamQuota,
 )
-from apps.jobs.scheduler.usage import UsageMeter
+from apps.jobs.scheduler.usage import UsageMeter, UserClock
 from apps.teams.quota_rule import QuotaRule
 
 SLOWDOWN_FLOOR_SECONDS = 10.0
@@ -81,6 +81,7 @@ class TraceJob:
     max_runtime: float | None = None  # the limit its user gave; see the module docstring
     same_node: bool = True  # ignored for jobs larger than every node (multi-node gangs)
     checkpointable: bool = False
+    user: str | None = None  # who submitted it, when the trace says: fair share inside a team
 
 
 @dataclass
@@ -174,6 +175,7 @@ class _JobRecord:
     done: float = 0.0  # work kept from earlier attempts (checkpointable jobs)
     attained: float = 0.0  # GPU-seconds run in all attempts so far
     within_guarantee: bool = False  # see JOB_COLUMNS
+    turn: float | None = None  # its turn in its team's queue (``UserClock``), set on arrival
 
 
 def user_runtime_limit(duration: float) -> float:
@@ -303,6 +305,7 @@ class _Replay:
         self.progress: Callable[[float], None] | None = None
         # The runtime limit of a job that gives none: a user's class of its duration.
         self.limit_of: Callable[[float], float] = user_runtime_limit
+        self.user_clock = UserClock() if policy == "fairshare" else None
 
     # -- changes to the queue and the running set ---------------------------------------------
 
@@ -332,6 +335,7 @@ class _Replay:
             j.checkpointable,
             rec.preemptions,
             rec.attained,
+            rec.turn,
         )
 
     def enqueue(self, rec: _JobRecord) -> None:
@@ -426,6 +430,15 @@ class _Replay:
             while i < count and arrivals[i].submit <= now:
                 rec = arriving[i]
                 rec.within_guarantee = self.within_guarantee(rec.job)
+                if self.user_clock is not None and rec.job.user is not None:
+                    j = rec.job
+                    rec.turn = self.user_clock.turn(
+                        j.team,
+                        j.user,
+                        j.submit,
+                        j.gpus * (j.max_runtime or self.limit_of(j.duration)),
+                        self.guaranteed.get(j.team, 0),
+                    )
                 enqueue(rec)
                 if rec.within_guarantee and self.reclaims:
                     # attempt 0: wake while the job still waits, when its patience is up

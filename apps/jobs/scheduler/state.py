@@ -85,6 +85,15 @@ class QueuedJob:
     preemptions: int = 0
     # GPU-seconds it ran in earlier attempts (the spare pool's "las" order serves least first)
     attained: float = 0.0
+    # When its turn comes in its team's queue under fair share (``usage.UserClock``): later
+    # than ``submitted_at`` when its user asked for more than the team's guarantee serves by
+    # then. None: its submit time.
+    turn: float | None = None
+
+    @property
+    def queued_since(self) -> float:
+        """Its place in its team's queue (fairshare): its turn, else its submit time."""
+        return self.submitted_at if self.turn is None else self.turn
 
 
 # A quota row (model None: any model); what rows mean is the quota rule's (apps.teams.quota_rule).

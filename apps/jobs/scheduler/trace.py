@@ -154,11 +154,13 @@ def load_generic(
     gpus: str = "gpus",
     team: str = "team",
     model: str | None = "model",
+    user: str | None = "user",
 ) -> LoadedTrace:
     """Jobs from a CSV whose columns are named by the keyword arguments. Submit / end times
     are seconds, ISO 8601 or ``YYYY-MM-DD HH:MM:SS``; durations seconds or ``[D-]HH:MM:SS``.
-    A ``checkpointable`` column (1/true/yes) marks jobs that resume after a preemption. Bad
-    rows are skipped and counted by reason with their line numbers."""
+    A ``checkpointable`` column (1/true/yes) marks jobs that resume after a preemption; a
+    ``user`` column (when the file has one) who submitted each job, for fair share between
+    the users of a team. Bad rows are skipped and counted by reason with their line numbers."""
     if not end and not duration:
         raise TraceError("Give a duration column or an end column.")
     loaded = LoadedTrace([])
@@ -167,14 +169,14 @@ def load_generic(
         _require(reader, path, submit, gpus, end or duration)
         try:
             for line, row in enumerate(reader, start=2):
-                _generic_row(loaded, row, line, submit, duration, end, gpus, team, model)
+                _generic_row(loaded, row, line, submit, duration, end, gpus, team, model, user)
         except (csv.Error, UnicodeDecodeError) as error:
             raise TraceError(f"{path} cannot be read as CSV: {error}") from None
     loaded.jobs.sort(key=lambda j: (j.submit, j.job_id))
     return loaded
 
 
-def _generic_row(loaded, row, line, submit, duration, end, gpus, team, model) -> None:
+def _generic_row(loaded, row, line, submit, duration, end, gpus, team, model, user) -> None:
     try:
         start = parse_time(row[submit])
     except (TypeError, ValueError):
@@ -199,9 +201,10 @@ def _generic_row(loaded, row, line, submit, duration, end, gpus, team, model) ->
     gpu_model = ((row.get(model) or "").strip() or None) if model else None
     owner = (row.get(team) or "").strip() or "default"
     checkpointable = (row.get("checkpointable") or "").strip().lower() in ("1", "true", "yes")
+    submitter = ((row.get(user) or "").strip() or None) if user else None
     loaded.jobs.append(
         TraceJob(len(loaded.jobs) + 1, start, length, count, owner, gpu_model,
-                 checkpointable=checkpointable)
+                 checkpointable=checkpointable, user=submitter)
     )  # fmt: skip
 
 
@@ -214,7 +217,8 @@ def load_slurm(path: str | Path) -> LoadedTrace:
     JobID, Account, Submit, Start, End, Elapsed, AllocTRES and State. One job per allocation:
     job steps (``123.batch``, ``123.0``) are skipped; GPUs from ``gres/gpu=N`` in AllocTRES
     (a typed ``gres/gpu:a100=N`` also names the model); duration = Elapsed (or End - Start);
-    team = Account. Jobs that never started are counted as ``not_started``."""
+    team = Account; user = User when the output has it. Jobs that never started are counted as
+    ``not_started``."""
     loaded = LoadedTrace([])
     with _open(path) as fh:
         reader = _reader(fh, path, delimiter="|")
@@ -263,7 +267,10 @@ def _slurm_row(loaded: LoadedTrace, row: dict, line: int) -> None:
         return
     model = typed[0][0] if len(typed) == 1 else None
     team = (row.get("Account") or "").strip() or "default"
-    loaded.jobs.append(TraceJob(len(loaded.jobs) + 1, submit, length, count, team, model))
+    user = (row.get("User") or "").strip() or None
+    loaded.jobs.append(
+        TraceJob(len(loaded.jobs) + 1, submit, length, count, team, model, user=user)
+    )
 
 
 def load_alibaba_pods(path: str | Path, *, limit: int | None = None) -> LoadedTrace:

@@ -73,3 +73,30 @@ class _UsageView(Mapping):
 
     def __len__(self) -> int:
         return len(self.meter.rec)
+
+
+class UserClock:
+    """Per-user fair share inside a team: a virtual clock per (team, user), as in Zhang's
+    VirtualClock and in the spirit of Slurm's Fair Tree. Each job gets a *turn*, the time it
+    counts as submitted in its team's queue: its submit time, or later when its user has asked
+    for more than the team's guaranteed GPUs serve by then. A job advances its user's clock by
+    its GPUs x runtime limit / the team's guaranteed GPUs, so a user who keeps the whole
+    guarantee busy keeps pace with real time, and one who submits a thousand jobs at once
+    pushes their later turns into the future: a teammate's job submitted meanwhile comes
+    before them. A user idle for a while starts again at the present. Jobs without a user
+    keep their submit time."""
+
+    def __init__(self) -> None:
+        self.clock: dict[tuple[str, str], float] = {}
+
+    def turn(
+        self, team: str, user: str | None, submitted_at: float, gpu_seconds: float, team_gpus: float
+    ) -> float | None:
+        """The job's turn (None without a user), advancing the user's clock. Call in submit
+        order."""
+        if user is None:
+            return None
+        key = (team, user)
+        turn = max(submitted_at, self.clock.get(key, submitted_at))
+        self.clock[key] = turn + gpu_seconds / max(1.0, team_gpus)
+        return turn

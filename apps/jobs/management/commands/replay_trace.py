@@ -77,7 +77,7 @@ class Command(BaseCommand):
         parser.add_argument("--limit", type=int, help="replay only the first N jobs")
         parser.add_argument("--out", default="var/replay", help="folder for replay.json/.html")
         parser.add_argument("--jobs-out", help="CSV file: one row per job of --policy")
-        for column in ("submit", "duration", "end", "gpus", "team", "model"):
+        for column in ("submit", "duration", "end", "gpus", "team", "model", "user"):
             parser.add_argument(f"--{column}-column", help=f"generic traces: the {column} column")
 
     def handle(self, *args, **options):
@@ -161,7 +161,7 @@ class Command(BaseCommand):
             return loaded
         columns = {
             name: options[f"{name}_column"]
-            for name in ("submit", "duration", "end", "gpus", "team", "model")
+            for name in ("submit", "duration", "end", "gpus", "team", "model", "user")
             if options[f"{name}_column"]
         }
         loaded = load_generic(options["trace"], **columns)
