@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from apps.audit.services import audit_record
 from apps.fleet.choices import GpuStatus, NodeStatus
-from apps.fleet.models import Gpu, MaintenanceWindow, Node
+from apps.fleet.models import Gpu, GpuModel, MaintenanceWindow, Node
 from apps.fleet.transitions import (
     GPU_TRANSITIONS,
     NODE_STATES_GOVERNING_GPUS,
@@ -253,3 +253,78 @@ def node_set_scheduler_drained(*, node: Node, drained: bool, scheduler: str, rea
     else:
         _undrained_unreachable(node)
     return True
+
+
+# --- inventory: what the node agents report they have --------------------------------------
+
+
+@transaction.atomic
+def node_register(*, inventory: dict) -> Node:
+    """Create or update a node and its GPUs (and MIG devices) from the agent's NVML inventory.
+
+    Safe to repeat: an unchanged inventory changes nothing; a changed one is updated and the
+    change audited. A retired node stays retired."""
+    hostname = str(inventory["node"])
+    node, created = Node.objects.select_for_update().get_or_create(
+        hostname=hostname, defaults={"labels": inventory.get("labels") or {}}
+    )
+    now = timezone.now()
+    if node.status == NodeStatus.UNREACHABLE:
+        node_set_reachable(node=node, reachable=True, reason="the node's agent reported again")
+    node.last_seen = now
+    node.save(update_fields=["last_seen", "status"])
+    changes = []
+    for entry in inventory.get("gpus", []):
+        model, _ = GpuModel.objects.get_or_create(
+            name=entry["name"], defaults={"memory_mib": int(entry.get("memory_mib") or 0)}
+        )
+        domain = entry.get("nvlink_domain") or ""
+        wanted = {
+            "node": node,
+            "index": int(entry["index"]),
+            "model": model,
+            "nvlink_domain": f"{hostname}/{domain}" if domain else "",
+            "mig_parent": None,
+            "mig_profile": "",
+        }
+        gpu = _upsert_gpu(entry["uuid"], wanted, changes)
+        for mig in entry.get("mig_devices") or []:
+            _upsert_gpu(
+                mig["uuid"],
+                {
+                    "node": node,
+                    "index": int(mig["index"]),
+                    "model": model,
+                    "nvlink_domain": wanted["nvlink_domain"],
+                    "mig_parent": gpu,
+                    "mig_profile": mig.get("profile") or "mig",
+                },
+                changes,
+            )
+    if created or changes:
+        audit_record(
+            actor=None,
+            action="node.register",
+            target=node,
+            after={
+                "gpus": len(inventory.get("gpus", [])),
+                "changes": changes[:50],
+                "backend": inventory.get("backend", ""),
+            },
+        )
+    return node
+
+
+def _upsert_gpu(uuid: str, wanted: dict, changes: list) -> Gpu:
+    gpu = Gpu.objects.filter(uuid=uuid).first()
+    if gpu is None:
+        gpu = Gpu.objects.create(uuid=uuid, **wanted)
+        changes.append(f"added {uuid}")
+        return gpu
+    differing = {k: v for k, v in wanted.items() if getattr(gpu, k) != v}
+    if differing:
+        for key, value in differing.items():
+            setattr(gpu, key, value)
+        gpu.save(update_fields=list(differing))
+        changes.append(f"updated {uuid}: {', '.join(sorted(differing))}")
+    return gpu

@@ -10,6 +10,7 @@ from django.utils import timezone
 
 from apps.fleet.choices import NodeStatus
 from apps.fleet.models import Node
+from apps.fleet.services import node_register
 from apps.telemetry import drain as telemetry_queue
 from apps.telemetry import idle, rollups, services
 from apps.telemetry import ingest as ingest_batches
@@ -36,7 +37,7 @@ def drain() -> dict:
 
 @shared_task(name=REGISTER_NODE_TASK)
 def register_node(inventory) -> str:
-    return services.node_register(inventory=inventory).hostname
+    return node_register(inventory=inventory).hostname
 
 
 @shared_task(name="telemetry.poll_fleet")

@@ -16,6 +16,7 @@ def main() -> None:
     from django.utils import timezone
 
     from apps.fleet.models import Node
+    from apps.fleet.services import node_register
     from apps.telemetry.idle import idle_intervals_update
     from apps.telemetry.ingest import telemetry_ingest
     from apps.telemetry.models import (
@@ -30,7 +31,6 @@ def main() -> None:
     from apps.telemetry.services import (
         drain_heartbeat_record,
         node_health_withheld,
-        node_register,
         nodes_mark_unreachable,
     )
     from workers.agent.agent import Agent

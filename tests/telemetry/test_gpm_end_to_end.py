@@ -11,12 +11,12 @@ from django.conf import settings
 from django.utils import timezone
 
 from apps.fleet.models import Gpu
+from apps.fleet.services import node_register
 from apps.telemetry.choices import ActivitySignal
 from apps.telemetry.drain import telemetry_drain
 from apps.telemetry.idle import idle_bookings_check
 from apps.telemetry.models import GpuHourRollup, GpuMinuteRollup, GpuSample, IdleWarning
 from apps.telemetry.rollups import rollup_hours, rollup_minutes
-from apps.telemetry.services import node_register
 from portal.celery import app
 from tests.factories import make_booking
 from workers.agent.agent import Agent

@@ -6,9 +6,10 @@ from django.db import connection
 from apps.audit.models import AuditEvent
 from apps.fleet.choices import GpuHealth, NodeStatus
 from apps.fleet.models import Gpu, Node
+from apps.fleet.services import node_register
 from apps.telemetry.ingest import telemetry_ingest
 from apps.telemetry.models import GpuSample, IngestBatch, TelemetryCounter
-from apps.telemetry.services import node_register, nodes_mark_unreachable
+from apps.telemetry.services import nodes_mark_unreachable
 from tests.telemetry.conftest import batch, sample
 
 pytestmark = pytest.mark.django_db
