@@ -1,4 +1,4 @@
-from datetime import UTC, timedelta
+from datetime import UTC, datetime, timedelta
 
 from django import forms
 from django.utils import timezone
@@ -21,6 +21,19 @@ def _apply_offset(value, offset_minutes: int | None):
     # the same zone to get the typed time back, then shift it by the browser's offset.
     naive = timezone.make_naive(value) if timezone.is_aware(value) else value
     return (naive + timedelta(minutes=offset_minutes or 0)).replace(tzinfo=UTC)
+
+
+def searched_start(query) -> datetime | None:
+    """The start typed in the booking form (`start` with the browser's `tz_offset`), as UTC;
+    None when absent or not a date and time (the search then starts now)."""
+    try:
+        typed = LocalDateTimeField(required=False).clean(query.get("start") or "")
+        offset = forms.IntegerField(required=False, min_value=-900, max_value=900).clean(
+            query.get("tz_offset") or ""
+        )
+    except forms.ValidationError:
+        return None
+    return _apply_offset(typed, offset)
 
 
 class ReservationForm(forms.Form):

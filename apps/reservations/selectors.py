@@ -16,6 +16,7 @@ from apps.reservations.models import Reservation, ReservationGpu
 from apps.reservations.policy import BookingPolicy
 from apps.teams.models import Quota, Team
 from apps.teams.quota_rule import Holdings
+from apps.teams.selectors import team_quota_rule
 from portal import hooks
 
 
@@ -285,55 +286,47 @@ def team_quota_blocked(
     *, team: Team, gpu_model: GpuModel, count: int, start: datetime, end: datetime
 ) -> list[Interval]:
     """Epoch intervals within [start, end) that a new booking of `count` GPUs by `team` may not
-    overlap, because the team would then hold more than a limit of its quota (the same rule
-    as `services.check_quota`, read without locks). No quota at all blocks everything."""
-    quotas = list(
-        Quota.objects.filter(Q(gpu_model=gpu_model) | Q(gpu_model__isnull=True), team=team)
-    )
-    whole = [(availability.to_epoch(start), availability.to_epoch_ceil(end))]
-    if not quotas:
-        return whole
-    blocked: list[Interval] = []
-    for quota in quotas:
-        room = quota.limit - count
-        if room < 0:
-            return whole
-        held = team_booked_intervals(
-            team=team,
-            start=start,
-            end=end,
-            gpu_model=quota.gpu_model if quota.gpu_model_id else None,
-        )
-        events = sorted(
-            [(availability.to_epoch(s), n) for s, _, n in held]
-            + [(availability.to_epoch_ceil(e), -n) for _, e, n in held],
-            key=lambda event: (event[0], event[1]),
-        )
-        current, opened = 0, None
-        for moment, delta in events:
-            current += delta
-            if current > room and opened is None:
-                opened = moment
-            elif current <= room and opened is not None:
-                if moment > opened:
-                    blocked.append((opened, moment))
-                opened = None
-    return blocked
+    overlap, because the team would then hold more than a limit of its quota: the quota rule
+    over its bookings and running jobs, as `services.check_quota` applies it, read without
+    locks. No quota at all blocks everything."""
+    rule = team_quota_rule(team=team)
+    holdings = team_holdings(team=team, start=start, end=end)
+    return [
+        (availability.to_epoch(s), availability.to_epoch_ceil(e))
+        for s, e in rule.full_windows(team.slug, gpu_model.name, count, start, end, holdings)
+    ]
 
 
 def free_capacity(
-    *, gpu_model: GpuModel, start: datetime, end: datetime, bucket: timedelta
+    *,
+    gpu_model: GpuModel,
+    start: datetime,
+    end: datetime,
+    bucket: timedelta,
+    team: Team | None = None,
 ) -> list[tuple[datetime, int]]:
+    """GPUs of the model free for the whole of each bucket; for a `team`, no more than the
+    team may book there under its quota (the quota rule over its bookings and running jobs)."""
     gpus = schedulable_gpus(gpu_model=gpu_model)
     busy = busy_intervals(gpu_model=gpu_model, start=start, end=end)
-    points = availability.free_capacity_timeline(
-        gpus,
-        busy,
-        start=availability.to_epoch(start),
-        end=availability.to_epoch(end),
-        bucket=availability.seconds(bucket),
-    )
-    return [(availability.from_epoch(t), free) for t, free in points]
+    points = [
+        (availability.from_epoch(t), free)
+        for t, free in availability.free_capacity_timeline(
+            gpus,
+            busy,
+            start=availability.to_epoch(start),
+            end=availability.to_epoch(end),
+            bucket=availability.seconds(bucket),
+        )
+    ]
+    if team is None:
+        return points
+    rule = team_quota_rule(team=team)
+    holdings = team_holdings(team=team, start=start, end=end)
+    return [
+        (t, max(0, min(free, rule.room_over(team.slug, gpu_model.name, t, t + bucket, holdings))))
+        for t, free in points
+    ]
 
 
 def peak_concurrent(intervals: list[tuple[datetime, datetime, int]]) -> int:

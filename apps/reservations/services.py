@@ -66,7 +66,9 @@ def validate_window(
         elif end - start > policy.max_duration:
             hours = int(policy.max_duration.total_seconds() // 3600)
             errors["end"] = f"A booking lasts at most {hours} hours."
-        elif not availability.is_on_grid(end, policy.slot):
+        elif (end - start) % policy.slot:
+            # The duration's own error: an off-grid start already has its message, and a
+            # 2-hour booking from 10:07 is not the wrong length.
             errors["end"] = f"The duration must be a multiple of {slot_minutes} minutes."
     if count < 1:
         errors["count"] = "Book at least one GPU."

@@ -13,7 +13,7 @@ from apps.fleet.models import GpuModel
 from apps.reservations import selectors, services
 from apps.reservations.availability import round_up_to_slot
 from apps.reservations.choices import OPEN_STATUSES, ReservationStatus
-from apps.reservations.forms import CancelForm, ExtendForm, ReservationForm
+from apps.reservations.forms import CancelForm, ExtendForm, ReservationForm, searched_start
 from apps.reservations.policy import BookingPolicy
 from apps.teams.models import Team
 from portal.exceptions import ApplicationError, show_on_form
@@ -61,14 +61,18 @@ def reservation_detail_view(request, pk: int):
     )
 
 
-def _timeline_rows(gpu_model, *, days: int = 7, bucket_hours: int = 3):
-    """Free GPUs per block for whole UTC days from today, as rows of (moment, free, past);
-    every row has the same blocks so the columns line up."""
+def _timeline_rows(gpu_model, team=None, *, days: int = 7, bucket_hours: int = 3):
+    """Free GPUs per block for whole UTC days from today (no more than `team` may book), as
+    rows of (moment, free, past); every row has the same blocks so the columns line up."""
     now = timezone.now()
     start = now.replace(hour=0, minute=0, second=0, microsecond=0)
     bucket = timedelta(hours=bucket_hours)
     points = selectors.free_capacity(
-        gpu_model=gpu_model, start=start, end=start + timedelta(days=days), bucket=bucket
+        gpu_model=gpu_model,
+        start=start,
+        end=start + timedelta(days=days),
+        bucket=bucket,
+        team=team,
     )
     rows = defaultdict(list)
     for moment, free in points:
@@ -125,7 +129,8 @@ def reservation_create_view(request):
                 same_node=data["same_node"],
             )
         except (ApplicationError, ValidationError) as error:
-            show_on_form(form, error)
+            # The service names the booking's end; the form asks for its duration.
+            show_on_form(form, error, field_names={"end": "duration_hours"})
             conflict = getattr(error, "detail", None)
         else:
             messages.success(request, f"Booked: reservation #{reservation.pk}.")
@@ -142,6 +147,9 @@ def reservation_create_view(request):
             gpu_model=model,
             count=count,
             duration=duration,
+            # From the start the person typed (in their zone), not from now: a search for
+            # tomorrow must not offer tonight.
+            after=searched_start(search),
             same_node=bool(search.get("same_node")),
             limit=5,
             team=team,
@@ -154,7 +162,7 @@ def reservation_create_view(request):
             "gpu_model": model,
             "team": team,
             "suggestions": suggestions,
-            "timeline": _timeline_rows(model) if model else [],
+            "timeline": _timeline_rows(model, team) if model else [],
             "conflict": conflict,
             "policy": policy,
             "slot_minutes": int(policy.slot.total_seconds() // 60),

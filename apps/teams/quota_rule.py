@@ -182,6 +182,50 @@ class QuotaRule:
             over = over or held + count > row.guaranteed
         return Verdict(rows, None, first_held or 0, over)
 
+    def guarantee_ceiling(self, team: str, model: str) -> int:
+        """The most GPUs of ``model`` the team may ever hold within its guarantee (0 without a
+        row): what one job of the Guaranteed class may ask for at most."""
+        rows = self.rows_for(team, model)
+        return min((r.guaranteed for r in rows), default=0)
+
+    def room_over(
+        self, team: str, model: str, start, end, holdings: Holdings, *, guarantee: bool = False
+    ) -> int:
+        """GPUs of ``model`` the team may take for the whole of [start, end) on top of
+        ``holdings`` (its peak holding over the window counts); 0 without a row."""
+        return self.room(
+            team,
+            model,
+            holdings.peak(team, model, start, end),
+            holdings.peak(team, ANY_MODEL, start, end),
+            guarantee=guarantee,
+        )
+
+    def full_windows(
+        self, team: str, model: str, count: int, start, end, holdings: Holdings
+    ) -> list[tuple]:
+        """The parts of [start, end), merged, where ``count`` more GPUs of ``model`` would pass
+        a limit: where a booking of them may not overlap. All of it without a row."""
+        if not self.rows_for(team, model) or count > self.ceiling(team, model):
+            return [(start, end)]
+        cuts = {start, end}
+        for (t, _), spans in holdings.intervals.items():
+            if t != team:
+                continue
+            for s, e, _ in spans:
+                cuts.update(x for x in (s, e) if x is not None and start < x < end)
+        ordered = sorted(cuts)
+        windows: list[tuple] = []
+        for a, b in zip(ordered, ordered[1:], strict=False):
+            # What the team holds is constant between two cuts: its peak there is that value.
+            if self.room_over(team, model, a, b, holdings) >= count:
+                continue
+            if windows and windows[-1][1] == a:
+                windows[-1] = (windows[-1][0], b)
+            else:
+                windows.append((a, b))
+        return windows
+
     def admit(self, team: str, model: str, count: int, start, end, holdings: Holdings) -> Verdict:
         """Whether the team may take ``count`` GPUs of ``model`` over [start, end) on top of
         ``holdings`` (bookings and running jobs alike)."""

@@ -68,6 +68,14 @@ def quota_table(*, teams=None, now: datetime | None = None) -> list[dict]:
     return rows
 
 
+def team_quota_rule(*, team: Team) -> QuotaRule:
+    """The quota rule over the team's rows (read without locks: for pages, suggestions and
+    submit-time checks; admission locks its rows itself)."""
+    return QuotaRule(
+        _row(quota) for quota in Quota.objects.filter(team=team).select_related("team", "gpu_model")
+    )
+
+
 def _row(quota: Quota) -> QuotaRow:
     model = quota.gpu_model.name if quota.gpu_model else None
     return QuotaRow(quota.team.slug, model, quota.guaranteed, quota.limit)

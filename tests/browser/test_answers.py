@@ -2,13 +2,33 @@
 GPU nobody holds, the booking form's errors and suggestions, a moved or stranded booking, and
 a job larger than its team's guarantee."""
 
-from datetime import timedelta
+import re
+from datetime import UTC, datetime, timedelta
 
+import pytest
 from django.utils import timezone
 from playwright.sync_api import expect
 
 from apps.fleet.models import Gpu
+from apps.teams.models import Quota
 from apps.telemetry.models import GpuMinuteRollup
+from tests.browser.conftest import DEFAULT_TIMEOUT_MS, login
+
+H100 = "H100-SXM-80GB"
+NEW_YORK = "America/New_York"
+
+
+@pytest.fixture
+def new_york_page(browser, live_server, demo_data, browser_errors):
+    """A page whose browser lives in New York (UTC-5 in winter, UTC-4 in summer)."""
+    context = browser.new_context(base_url=live_server.url, timezone_id=NEW_YORK)
+    context.set_default_timeout(DEFAULT_TIMEOUT_MS)
+    page = context.new_page()
+    page.on("console", browser_errors.on_console)
+    page.on("pageerror", browser_errors.on_pageerror)
+    yield page
+    context.close()
+    assert not browser_errors.unexpected(), browser_errors.unexpected()
 
 
 def test_idle_dashboard_shows_a_gpu_nobody_holds_as_unallocated(login_as):
@@ -34,3 +54,51 @@ def test_idle_dashboard_shows_a_gpu_nobody_holds_as_unallocated(login_as):
     counts = page.get_by_test_id("state-counts")
     expect(counts).to_contain_text("Busy: 0")
     expect(counts).to_contain_text("Unallocated (free):")
+
+
+def _fill_booking(page, *, start: str, hours: str) -> None:
+    page.get_by_label("Team").select_option("vision")
+    page.get_by_label("GPU model").select_option(H100)
+    page.get_by_label("GPUs", exact=True).fill("2")
+    page.get_by_label("Start").fill(start)
+    page.get_by_label("Duration (hours)").fill(hours)
+
+
+def test_booking_form_shows_only_the_real_error_of_an_off_grid_start(new_york_page):
+    page = new_york_page
+    login(page, "alice")
+    page.goto("/reservations/new/")
+    day = (timezone.now() + timedelta(days=2)).date()
+    _fill_booking(page, start=f"{day.isoformat()}T10:07", hours="2")
+    page.get_by_role("button", name="Book", exact=True).click()
+    expect(page.locator("#id_start-error")).to_have_text("The start must be on the 15-minute grid.")
+    expect(page.locator("#booking-form .error")).to_have_count(1)
+    expect(page.get_by_text("multiple of 15 minutes")).to_have_count(0)
+
+
+def test_find_free_slots_starts_at_the_local_day_and_time_typed(new_york_page):
+    """20:00 in New York is 01:00 UTC the next day: the first suggestion is that moment (the
+    fleet is empty), not a slot a day early, and the table counts what vision may book."""
+    page = new_york_page
+    login(page, "alice")
+    page.goto("/reservations/new/")
+    day = (timezone.now() + timedelta(days=2)).date()
+    _fill_booking(page, start=f"{day.isoformat()}T20:00", hours="2")
+    page.get_by_role("button", name="Find free slots").click()
+    page.wait_for_url(re.compile(r"/reservations/new/\?"))
+    first = page.get_by_test_id("suggestions").locator("li").first
+    suggested = datetime.fromisoformat(
+        first.get_by_role("button", name="Use this slot").get_attribute("data-fill-start")
+    )
+    offset = page.evaluate(f"new Date('{day.isoformat()}T20:00').getTimezoneOffset()")
+    wanted = datetime(day.year, day.month, day.day, 20, tzinfo=UTC) + timedelta(minutes=offset)
+    assert suggested == wanted, f"suggested {suggested}, asked for {wanted}"
+    # "Use this slot" puts back the day and time typed, in New York time.
+    first.get_by_role("button", name="Use this slot").click()
+    expect(page.get_by_label("Start")).to_have_value(f"{day.isoformat()}T20:00")
+    limit = Quota.objects.get(team__slug="vision", gpu_model__name=H100).limit
+    fleet = Gpu.objects.schedulable().filter(model__name=H100, mig_parent__isnull=True).count()
+    assert limit < fleet, "the demo's vision may book fewer H100s than the fleet has"
+    cells = page.get_by_test_id("timeline").locator("tbody td:not(.past)")
+    counts = {int(t) for t in cells.all_inner_texts()}
+    assert max(counts) == limit and fleet not in counts
