@@ -1,0 +1,3 @@
+from portal_cli.main import main
+
+main()
