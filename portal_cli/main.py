@@ -12,6 +12,7 @@ import sys
 import tempfile
 import time
 from datetime import UTC, datetime
+from decimal import Decimal
 from pathlib import Path
 
 import click
@@ -37,6 +38,10 @@ def _money(amount: str | None, currency: str | None) -> str:
     sign = "-" if whole.startswith("-") else ""
     grouped = f"{int(whole.lstrip('-') or 0):,}"
     return f"{sign}{grouped}{'.' + cents if cents else ''} {currency or ''}".rstrip()
+
+
+def _hours(value: str) -> str:
+    return f"{Decimal(value):,.2f}"
 
 
 class Context:
@@ -513,11 +518,11 @@ def usage(ctx: Context, period, team):
         answer["teams"],
         [
             ("TEAM", lambda r: r["team"]),
-            ("GPU-HOURS", lambda r: r["gpu_hours"]),
-            ("BUSY", lambda r: r["busy_gpu_hours"]),
-            ("HELD IDLE", lambda r: r["held_idle_gpu_hours"]),
+            ("GPU-HOURS", lambda r: _hours(r["gpu_hours"])),
+            ("BUSY", lambda r: _hours(r["busy_gpu_hours"])),
+            ("HELD IDLE", lambda r: _hours(r["held_idle_gpu_hours"])),
             ("COST", lambda r: _money(r.get("cost"), r.get("currency"))),
-            ("OVER QUOTA", lambda r: r.get("over_quota_cost")),
+            ("OVER QUOTA", lambda r: _money(r.get("over_quota_cost"), r.get("currency"))),
         ],
         empty="No usage recorded this month.",
     )
