@@ -4,6 +4,7 @@ from apps.sso import views
 
 app_name = "sso"
 urlpatterns = [
+    path("", views.sso_start_view, name="start"),
     path("login/", views.SsoLoginView.as_view(), name="login"),
     path("callback/", views.SsoCallbackView.as_view(), name="callback"),
     path("link/", views.SsoLinkView.as_view(), name="link"),

@@ -11,7 +11,7 @@ from django.contrib import auth, messages
 from django.contrib.auth.mixins import LoginRequiredMixin
 from django.contrib.auth.views import LogoutView
 from django.core.exceptions import PermissionDenied, SuspiciousOperation, ValidationError
-from django.http import Http404, HttpResponseRedirect
+from django.http import HttpResponseRedirect
 from django.shortcuts import render, resolve_url
 from django.urls import reverse
 from django.views import View
@@ -47,12 +47,32 @@ def _error_page(request, *, code: str, message: str, status: int):
     )
 
 
-def _require_sso() -> None:
+def sso_not_configured(request):
+    """What every SSO address shows on a portal without an identity provider: a page of the
+    portal saying so (404, as the address leads nowhere), never Django's debug page."""
+    # Passwords are always on here: the settings refuse PASSWORD_LOGIN=0 without an issuer.
+    return render(request, "sso/not_configured.html", status=404)
+
+
+class SsoConfiguredMixin:
+    """First in a view's bases: without an identity provider the view answers the
+    not-configured page before anything else (sign-in checks, the OIDC library) runs."""
+
+    def dispatch(self, request, *args, **kwargs):
+        if not settings.SSO_ENABLED:
+            return sso_not_configured(request)
+        return super().dispatch(request, *args, **kwargs)
+
+
+def sso_start_view(request):
+    """/sso/: the sign-in when SSO is configured, else the page saying it is not."""
     if not settings.SSO_ENABLED:
-        raise Http404("Single sign-on is not configured.")
+        return sso_not_configured(request)
+    query = f"?{request.GET.urlencode()}" if request.GET else ""
+    return HttpResponseRedirect(reverse("sso:login") + query)
 
 
-class SsoLoginView(OIDCAuthenticationRequestView):
+class SsoLoginView(SsoConfiguredMixin, OIDCAuthenticationRequestView):
     """Redirects the browser to the IdP's authorization endpoint (state, nonce, PKCE S256)."""
 
     def __init__(self, **kwargs):
@@ -61,7 +81,6 @@ class SsoLoginView(OIDCAuthenticationRequestView):
         self.OIDC_RP_CLIENT_ID = settings.OIDC_RP_CLIENT_ID
 
     def get(self, request):
-        _require_sso()
         try:
             self.OIDC_OP_AUTH_ENDPOINT = discovery.endpoint("authorization_endpoint")
         except discovery.DiscoveryError as error:
@@ -69,11 +88,10 @@ class SsoLoginView(OIDCAuthenticationRequestView):
         return super().get(request)
 
 
-class SsoCallbackView(OIDCAuthenticationCallbackView):
+class SsoCallbackView(SsoConfiguredMixin, OIDCAuthenticationCallbackView):
     """Where the IdP sends the browser back with a code; signs the user in or says why not."""
 
     def get(self, request):
-        _require_sso()
         if request.GET.get("error"):
             description = request.GET.get("error_description") or request.GET["error"]
             super().get(request)  # forgets the state and signs out whoever was signed in
@@ -145,16 +163,12 @@ class SsoCallbackView(OIDCAuthenticationCallbackView):
         )
 
 
-class SsoLinkView(LoginRequiredMixin, View):
+class SsoLinkView(SsoConfiguredMixin, LoginRequiredMixin, View):
     """A user signed in with their password links their IdP account to their portal user:
     they confirm the password here, sign in at the IdP, and the callback links the account
     that comes back (sso_user_sync with link_to). The only way besides a platform admin."""
 
     template_name = "sso/link.html"
-
-    def dispatch(self, request, *args, **kwargs):
-        _require_sso()
-        return super().dispatch(request, *args, **kwargs)
 
     def _page(self, request, *, error: str = "", status: int = 200):
         identity = SsoIdentity.objects.filter(user=request.user).first()
@@ -190,7 +204,7 @@ class SsoLinkView(LoginRequiredMixin, View):
         return response
 
 
-class SsoIdentityLinkView(LoginRequiredMixin, View):
+class SsoIdentityLinkView(SsoConfiguredMixin, LoginRequiredMixin, View):
     """A platform admin links an IdP account (its subject, as the SSO identities list on the
     admin site shows it) to an existing portal user, or moves it there from the user its first
     sign-in created. Audited (sso_identity.link)."""
@@ -198,7 +212,8 @@ class SsoIdentityLinkView(LoginRequiredMixin, View):
     template_name = "sso/identity_link.html"
 
     def dispatch(self, request, *args, **kwargs):
-        _require_sso()
+        if not settings.SSO_ENABLED:
+            return sso_not_configured(request)
         if request.user.is_authenticated and not is_platform_admin(request.user):
             raise PermissionDenied("Only platform admins link identity provider accounts.")
         return super().dispatch(request, *args, **kwargs)

@@ -6,17 +6,43 @@ from django.test import Client
 
 from apps.sso.models import GroupMapping
 from apps.teams.choices import TeamRole
-from tests.factories import TeamFactory, UserFactory
+from tests.factories import PlatformAdminFactory, TeamFactory, UserFactory
 from tests.sso.conftest import enable_sso
 
 pytestmark = pytest.mark.django_db
 
 
-def test_without_an_issuer_the_login_page_has_no_sso_button_and_sso_urls_do_not_exist():
+def test_without_an_issuer_the_login_page_has_no_sso_button():
     html = Client().get("/login/").content.decode()
     assert "Sign in with SSO" not in html and 'id="id_password"' in html
-    assert Client().get("/sso/login/").status_code == 404
-    assert Client().get("/sso/callback/?code=a&state=b").status_code == 404
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/sso/",
+        "/sso/login/",
+        "/sso/callback/?code=a&state=b",
+        "/sso/link/",
+        "/sso/identities/link/",
+    ],
+)
+def test_without_an_issuer_every_sso_address_is_a_plain_page_saying_so(settings, path):
+    settings.DEBUG = True  # the portal's page even where Django would show its debug 404
+    client = Client()
+    client.force_login(PlatformAdminFactory())
+    response = client.get(path)
+    html = response.content.decode()
+    assert response.status_code == 404
+    assert [t.name for t in response.templates][0] == "sso/not_configured.html"
+    assert "Single sign-on is not set up" in html and 'href="/login/"' in html
+    assert "Page not found" not in html and "URLconf" not in html
+
+
+def test_with_an_issuer_sso_start_leads_to_the_sign_in(settings):
+    enable_sso(settings, "http://idp.invalid")
+    response = Client().get("/sso/?next=/jobs/")
+    assert response.status_code == 302 and response["Location"] == "/sso/login/?next=%2Fjobs%2F"
 
 
 def test_with_an_issuer_the_login_page_offers_sso_and_passwords(settings):
