@@ -28,6 +28,7 @@ COPY manage.py ./
 COPY portal ./portal
 COPY apps ./apps
 COPY workers ./workers
+COPY portal_cli ./portal_cli
 COPY templates ./templates
 COPY static ./static
 # Install the project itself (dependencies are already satisfied by the layer above).
