@@ -8,8 +8,9 @@ import pynvml
 import pytest
 
 from tests.workers.test_nvml_reader import FakeClock, by_uuid, make
-from workers.agent.nvml import GPM_METRICS, SAMPLE_KEYS
+from workers.agent.nvml import GPM_METRICS
 from workers.agent.simulated import has_gpm
+from workers.protocol import SAMPLE_KEYS
 
 
 @pytest.fixture

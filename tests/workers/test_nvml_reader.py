@@ -10,8 +10,10 @@ import pynvml
 import pytest
 
 from workers.agent.backends import make_reader
-from workers.agent.nvml import SAMPLE_KEYS, NvmlReader, nvlink_domains
+from workers.agent.nvlink import nvlink_domains
+from workers.agent.nvml import NvmlReader
 from workers.agent.simulated import SimulatedNvml
+from workers.protocol import SAMPLE_KEYS
 
 HOST = "gpu-node-01"
 IDLE_W, TDP_W = 70.0, 700.0

@@ -10,7 +10,9 @@ from importlib.metadata import version
 import pynvml
 import pytest
 
-from workers.agent.nvml import GPM_METRICS, SAMPLE_KEYS, NvmlReader, nvlink_domains
+from workers.agent.nvlink import nvlink_domains
+from workers.agent.nvml import GPM_METRICS, NvmlReader
+from workers.protocol import SAMPLE_KEYS
 
 pytestmark = pytest.mark.nvml
 

@@ -10,7 +10,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from workers.agent.nvml import NvmlReader, nvlink_domains
+from workers.agent.nvlink import nvlink_domains
+from workers.agent.nvml import NvmlReader
 from workers.protocol import INGEST_TASK, REGISTER_NODE_TASK
 
 logger = logging.getLogger(__name__)

@@ -14,13 +14,13 @@ import logging
 import math
 import re
 import time
-from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import pynvml
 
+from workers.agent.nvlink import nvlink_peers
 from workers.protocol import SAMPLE_KEYS
 
 log = logging.getLogger(__name__)
@@ -127,7 +127,7 @@ class NvmlReader:
             if info is not None:
                 pci[_pci_key(info)] = gpu.uuid
             out.append(entry)
-        peers = _nvlink_peers(pci, endpoints)
+        peers = nvlink_peers(pci, endpoints)
         for entry in out:
             entry["nvlink_peers"] = sorted(peers[entry["uuid"]], key=self._known.__getitem__)
         return out
@@ -489,48 +489,3 @@ class NvmlReader:
             except pynvml.NVMLError as exc:
                 log.warning("Reading NVML events failed: %s", exc)
                 return
-
-
-def _nvlink_peers(pci: dict[str, str], endpoints: dict[str, set[str]]) -> dict[str, set[str]]:
-    peers: dict[str, set[str]] = {uuid: set() for uuid in endpoints}
-    sharing: dict[str, set[str]] = defaultdict(set)  # non-GPU endpoint (NVSwitch) -> GPUs
-    for uuid, ends in endpoints.items():
-        for end in ends:
-            other = pci.get(end)
-            if other is None:
-                sharing[end].add(uuid)
-            elif other != uuid:
-                peers[uuid].add(other)
-                peers.setdefault(other, set()).add(uuid)
-    for group in sharing.values():
-        for uuid in group:
-            peers[uuid] |= group - {uuid}
-    return peers
-
-
-def nvlink_domains(inventory: Iterable[dict]) -> dict[str, str]:
-    """NVLink-connected components of one node's GPUs: "nvl0", "nvl1"... numbered in the order
-    of their lowest GPU index; "" for a GPU with no NVLink peer."""
-    gpus = sorted(inventory, key=lambda gpu: gpu["index"])
-    graph: dict[str, set[str]] = defaultdict(set)
-    for gpu in gpus:
-        for peer in gpu["nvlink_peers"]:  # links are symmetric even if one side did not say so
-            graph[gpu["uuid"]].add(peer)
-            graph[peer].add(gpu["uuid"])
-    domains: dict[str, str] = {}
-    count = 0
-    for gpu in gpus:
-        start = gpu["uuid"]
-        if start in domains:
-            continue
-        if not graph[start]:
-            domains[start] = ""
-            continue
-        name, count = f"nvl{count}", count + 1
-        stack = [start]
-        while stack:
-            uuid = stack.pop()
-            if uuid not in domains:
-                domains[uuid] = name
-                stack.extend(graph[uuid])
-    return {gpu["uuid"]: domains[gpu["uuid"]] for gpu in gpus}

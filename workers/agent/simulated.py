@@ -9,7 +9,6 @@ Faults are injected per GPU and function (`inject`, `lose_gpu`, `set_ecc_errors`
 
 from __future__ import annotations
 
-import ctypes
 import math
 import random
 import time
@@ -22,6 +21,8 @@ from typing import Any
 
 import pynvml
 
+from workers.agent.simulated_gpm import GPM_ORDER, SimulatedGpm
+
 MIB = 1024 * 1024
 PROFILES = ("idle", "busy", "random", "diurnal")
 NVLINKS_PER_GPU = 18  # H100 SXM: 18 NVLink4 links...
@@ -32,17 +33,6 @@ MIG_MAX_DEVICES = 7  # what nvmlDeviceGetMaxMigDeviceCount answers on an H100
 NOISE_PERCENT = 3.0
 _NO_INSTANCE = 0xFFFFFFFF  # NVML's "not attributable to a GPU/compute instance"
 GPM_MODELS = ("H100", "H200", "GH200", "B100", "B200", "GB200")  # Hopper and newer
-# Without an explicit SM activity (set_load), a loaded GPU's SMs are this busy per % of
-# utilization, and occupancy, tensor activity and DRAM bandwidth follow SM activity so.
-SM_PER_UTIL = 0.85
-GPM_SHARES = {"sm_occupancy": 0.55, "tensor_active": 0.7, "dram_bw_util": 0.45}
-_GPM_ORDER = ("sm_active", *GPM_SHARES)
-_GPM_METRIC_NAMES = {
-    pynvml.NVML_GPM_METRIC_SM_UTIL: "sm_active",
-    pynvml.NVML_GPM_METRIC_SM_OCCUPANCY: "sm_occupancy",
-    pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL: "tensor_active",
-    pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL: "dram_bw_util",
-}
 
 
 def has_gpm(model: str) -> bool:
@@ -87,7 +77,7 @@ class _FakeGpu:
     lost: bool = False
     recovers: bool = True
     sm_load: float | None = None  # set_load's SM activity; None: follows utilization
-    gpm_totals: list[float] = field(default_factory=lambda: [0.0] * len(_GPM_ORDER))
+    gpm_totals: list[float] = field(default_factory=lambda: [0.0] * len(GPM_ORDER))
     gpm_tick: float | None = None  # GPM totals are integrals of the rates up to this time
 
     @property
@@ -105,7 +95,7 @@ def _pci(domain: int, bus: int) -> SimpleNamespace:
     return SimpleNamespace(domain=domain, bus=bus, device=0, busId=f"{domain:08X}:{bus:02X}:00.0")
 
 
-class SimulatedNvml:
+class SimulatedNvml(SimulatedGpm):
     def __init__(
         self,
         hostname: str,
@@ -241,25 +231,6 @@ class SimulatedNvml:
         hour = (now % 86400) / 3600  # diurnal: UTC working day, peak at 14:00
         return 10 + 80 * max(0.0, math.sin(math.pi * (hour - 8) / 12))
 
-    def _gpm_rates(self, gpu: _FakeGpu, now: float) -> list[float]:
-        if gpu.migs and gpu.load is None:  # the board: its instances on average
-            rates = [self._gpm_rates(m, now) for m in gpu.migs]
-            return [sum(column) / len(rates) for column in zip(*rates, strict=True)]
-        sm = gpu.sm_load
-        if sm is None:
-            sm = SM_PER_UTIL * self._target_util(gpu, now)
-        sm = min(max(sm, 0.0), 100.0)
-        return [sm, *(sm * share for share in GPM_SHARES.values())]
-
-    def _accrue_gpm(self, gpu: _FakeGpu, now: float) -> None:
-        """GPM counters are integrals of activity over time, like the real ones."""
-        if gpu.gpm_tick is not None and now > gpu.gpm_tick:
-            elapsed = now - gpu.gpm_tick
-            rates = self._gpm_rates(gpu, now)
-            gpu.gpm_totals = [t + r * elapsed for t, r in zip(gpu.gpm_totals, rates, strict=True)]
-        if gpu.gpm_tick is None or now > gpu.gpm_tick:
-            gpu.gpm_tick = now
-
     def _power_w(self, util: float) -> float:
         return self.idle_w + (self.tdp_w - self.idle_w) * min(max(util, 0.0), 100.0) / 100
 
@@ -281,6 +252,9 @@ class SimulatedNvml:
             gpu.energy_mj += power * (now - gpu.last_tick) * 1000
         if gpu.last_tick is None or now > gpu.last_tick:
             gpu.last_tick = now
+
+    def _handle_of(self, uuid: str) -> SimHandle:
+        return SimHandle(uuid)
 
     def _enter(self, fn: str, handle: SimHandle | None = None) -> Any:
         """Every call goes through here: counted, refused while NVML is not initialized."""
@@ -449,79 +423,6 @@ class SimulatedNvml:
             raise pynvml.NVMLError_InvalidArgument()  # not a MIG device
         return gpu.index
 
-    # GPM: sample buffers are real ctypes memory behind pynvml's c_nvmlGpmSample_t, so the
-    # reader fills pynvml's own c_nvmlGpmMetricsGet_t for the fake exactly as for the driver.
-
-    def nvmlGpmQueryDeviceSupport(self, handle: SimHandle) -> Any:
-        gpu = self._enter("nvmlGpmQueryDeviceSupport", handle)
-        support = pynvml.c_nvmlGpmSupport_t()
-        support.version = pynvml.NVML_GPM_SUPPORT_VERSION
-        support.isSupportedDevice = int(self.gpm and gpu.parent is None)
-        return support
-
-    def nvmlGpmSampleAlloc(self) -> Any:
-        self._enter("nvmlGpmSampleAlloc")
-        buffer = ctypes.create_string_buffer(64)
-        self.gpm_samples[ctypes.addressof(buffer)] = (buffer, None)
-        return ctypes.cast(buffer, pynvml.c_nvmlGpmSample_t)
-
-    def nvmlGpmSampleFree(self, gpmSample: Any) -> None:
-        self._enter("nvmlGpmSampleFree")
-        if self.gpm_samples.pop(_address(gpmSample), None) is None:
-            raise pynvml.NVMLError_InvalidArgument()
-
-    def nvmlGpmSampleGet(self, device: SimHandle, gpmSample: Any) -> Any:
-        gpu = self._enter("nvmlGpmSampleGet", device)
-        if not self.gpm:
-            raise pynvml.NVMLError_NotSupported()
-        if gpu.parent is not None:
-            raise pynvml.NVMLError_InvalidArgument()  # MIG: nvmlGpmMigSampleGet on the parent
-        return self._gpm_sample(gpu, gpmSample)
-
-    def nvmlGpmMigSampleGet(self, device: SimHandle, gpuInstanceId: int, gpmSample: Any) -> Any:
-        gpu = self._physical_only("nvmlGpmMigSampleGet", device)
-        if not self.gpm:
-            raise pynvml.NVMLError_NotSupported()
-        mig = next((m for m in gpu.migs if m.index == gpuInstanceId), None)
-        if mig is None:
-            raise pynvml.NVMLError_NotFound()
-        return self._gpm_sample(mig, gpmSample)
-
-    def _gpm_sample(self, gpu: _FakeGpu, gpmSample: Any) -> Any:
-        address = _address(gpmSample)
-        if address not in self.gpm_samples:
-            raise pynvml.NVMLError_InvalidArgument()  # never allocated, or freed
-        now = self.clock()
-        self._accrue_gpm(gpu, now)
-        buffer, _ = self.gpm_samples[address]
-        self.gpm_samples[address] = (buffer, (gpu.uuid, now, tuple(gpu.gpm_totals)))
-        return gpmSample
-
-    def nvmlGpmMetricsGet(self, metricsGet: Any) -> Any:
-        self._enter("nvmlGpmMetricsGet")
-        if metricsGet.version != pynvml.NVML_GPM_METRICS_GET_VERSION:
-            raise pynvml.NVMLError_ArgumentVersionMismatch()
-        first = self.gpm_samples.get(_address(metricsGet.sample1), (None, None))[1]
-        second = self.gpm_samples.get(_address(metricsGet.sample2), (None, None))[1]
-        if first is None or second is None or first[0] != second[0] or second[1] < first[1]:
-            raise pynvml.NVMLError_InvalidArgument()
-        gpu = self._device("nvmlGpmMetricsGet", SimHandle(first[0]))  # faults, lost GPUs
-        elapsed = second[1] - first[1]
-        rates = (
-            [(b - a) / elapsed for a, b in zip(first[2], second[2], strict=True)]
-            if elapsed > 0
-            else self._gpm_rates(gpu, second[1])
-        )
-        for slot in range(metricsGet.numMetrics):
-            metric = metricsGet.metrics[slot]
-            name = _GPM_METRIC_NAMES.get(metric.metricId)
-            if name is None:
-                metric.nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
-                continue
-            metric.nvmlReturn = pynvml.NVML_SUCCESS
-            metric.value = rates[_GPM_ORDER.index(name)]
-        return metricsGet
-
     def nvmlEventSetCreate(self) -> _EventSet:
         self._enter("nvmlEventSetCreate")
         event_set = _EventSet()
@@ -543,8 +444,3 @@ class SimulatedNvml:
         self._enter("nvmlEventSetFree")
         if eventSet in self._event_sets:
             self._event_sets.remove(eventSet)
-
-
-def _address(gpm_sample: Any) -> int | None:
-    """The address behind a c_nvmlGpmSample_t (None for a null pointer)."""
-    return ctypes.cast(gpm_sample, ctypes.c_void_p).value
