@@ -6,12 +6,15 @@ import importlib
 import io
 import json
 import os
+import socket
 import subprocess
 import sys
+import threading
 import time
 import tomllib
 from datetime import date, timedelta
 from decimal import Decimal
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import openpyxl
@@ -308,3 +311,50 @@ def test_the_package_installs_the_gpu_portal_command():
     assert "portal_cli" in packages
     module, _, function = project["scripts"]["gpu-portal"].partition(":")
     assert callable(getattr(importlib.import_module(module), function))
+
+
+def test_the_installed_gpu_portal_command_books_gpus(alice):
+    """The script `pip install` puts next to the interpreter (as `make demo` and `make test`
+    install the package), not only `python -m portal_cli`."""
+    script = Path(sys.executable).parent / "gpu-portal"
+    assert script.exists(), "gpu-portal is not installed: run `pip install -e .` again"
+    result = subprocess.run(
+        [str(script), "book", "-t", "vision", "-m", H100, "-d", "1h", "--json"],
+        env=alice.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert Reservation.objects.get(pk=json.loads(result.stdout)["id"]).count == 1
+
+
+class BreaksOffMidway(BaseHTTPRequestHandler):
+    """A portal whose export stops after the first part of what it promised."""
+
+    def do_GET(self):  # noqa: N802 - the http.server interface
+        self.send_response(200)
+        self.send_header("Content-Type", "text/csv")
+        self.send_header("Content-Disposition", 'attachment; filename="chargeback-2026-11.csv"')
+        self.send_header("Content-Length", "100000")
+        self.end_headers()
+        self.wfile.write(b"BillingPeriodStart,BilledCost\n" * 100)
+        self.wfile.flush()
+        self.connection.shutdown(socket.SHUT_RDWR)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_an_export_that_breaks_off_leaves_no_file_and_exits_non_zero(tmp_path):
+    server = ThreadingHTTPServer(("127.0.0.1", 0), BreaksOffMidway)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        cli = Cli(f"http://127.0.0.1:{server.server_port}", "gpt_any", tmp_path / "config")
+        out = tmp_path / "exports"
+        out.mkdir()
+        result = cli("export", "--period", "2026-11", "-o", str(out))
+    finally:
+        server.shutdown()
+    assert result.returncode == 3 and "broke off" in result.stderr
+    assert list(out.iterdir()) == []
