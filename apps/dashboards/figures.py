@@ -6,6 +6,7 @@ from decimal import Decimal
 
 import plotly.graph_objects as go
 
+from apps.billing.selectors import price_per_gpu_hour
 from apps.dashboards import selectors
 from apps.dashboards.selectors import UNALLOCATED, Filters
 from apps.telemetry.choices import ActivitySignal
@@ -141,10 +142,6 @@ def utilization(filters: Filters) -> dict:
 
 
 def _price(model_name: str, at: datetime) -> Decimal | None:
-    try:
-        from apps.billing.selectors import price_per_gpu_hour
-    except ImportError:  # pragma: no cover - billing is optional for the dashboards
-        return None
     return price_per_gpu_hour(gpu_model_name=model_name, at=at)
 
 

@@ -10,6 +10,8 @@ from django.utils import timezone
 from apps.dashboards.selectors.filters import Filters
 from apps.fleet.choices import GpuHealth, GpuStatus, NodeStatus
 from apps.fleet.models import Gpu, Node
+from apps.jobs.choices import JobStatus
+from apps.jobs.models import Job
 from apps.reservations.choices import OPEN_STATUSES
 from apps.reservations.models import ReservationGpu
 from apps.teams.models import Quota
@@ -73,18 +75,12 @@ def quota_pressure(filters: Filters, *, now: datetime | None = None) -> list[dic
         held[(team_id, model_id)] += 1
         held[(team_id, None)] += 1
     waiting = defaultdict(int)
-    try:
-        from apps.jobs.choices import JobStatus
-        from apps.jobs.models import Job
-    except ImportError:  # pragma: no cover
-        Job = None
-    if Job is not None:
-        for team_id, model_id, count in Job.objects.filter(
-            team_id__in=filters.team_ids, status__in=[JobStatus.QUEUED, JobStatus.REQUEUED]
-        ).values_list("team_id", "gpu_model_id", "gpu_count"):
-            waiting[(team_id, model_id)] += count
-            if model_id is not None:
-                waiting[(team_id, None)] += count
+    for team_id, model_id, count in Job.objects.filter(
+        team_id__in=filters.team_ids, status__in=[JobStatus.QUEUED, JobStatus.REQUEUED]
+    ).values_list("team_id", "gpu_model_id", "gpu_count"):
+        waiting[(team_id, model_id)] += count
+        if model_id is not None:
+            waiting[(team_id, None)] += count
     rows = []
     for q in quotas:
         key = (q.team_id, q.gpu_model_id)

@@ -7,9 +7,13 @@ from django.conf import settings
 from django.db.models import Count
 from django.utils import timezone
 
+from apps.billing import selectors as billing
+from apps.billing.periods import month_start
 from apps.dashboards.selectors.filters import UNALLOCATED, parse_filters
 from apps.dashboards.selectors.fleet import quota_pressure
 from apps.dashboards.selectors.idle import gpu_states_now
+from apps.jobs.choices import WAITING_STATUSES, JobStatus
+from apps.jobs.models import Job
 from apps.reservations.choices import OPEN_STATUSES
 from apps.reservations.models import Reservation
 from apps.teams.models import Quota, Team
@@ -32,27 +36,15 @@ def home_summary(user, *, now: datetime | None = None) -> dict:
     ):
         bookings[r.team_id].append(r)
     jobs = defaultdict(lambda: defaultdict(int))
-    try:
-        from apps.jobs.models import Job
-
-        for team_id, status, n in (
-            Job.objects.filter(team__in=own, status__in=["queued", "requeued", "running"])
-            .values_list("team_id", "status")
-            .annotate(n=Count("id"))
-            .order_by()
-        ):
-            jobs[team_id]["queued" if status == "requeued" else status] += n
-    except ImportError:  # pragma: no cover
-        pass
-    spend = {}
-    try:
-        from apps.billing import selectors as billing
-        from apps.billing.periods import month_start
-
-        period = billing.period_for_month(month_start(now))
-        spend = {t.pk: billing.team_spend(team=t, period=period) for t in own}
-    except ImportError:  # pragma: no cover
-        pass
+    for team_id, status, n in (
+        Job.objects.filter(team__in=own, status__in=[*WAITING_STATUSES, JobStatus.RUNNING])
+        .values_list("team_id", "status")
+        .annotate(n=Count("id"))
+        .order_by()
+    ):
+        jobs[team_id][JobStatus.RUNNING if status == JobStatus.RUNNING else JobStatus.QUEUED] += n
+    period = billing.period_for_month(month_start(now))
+    spend = {t.pk: billing.team_spend(team=t, period=period) for t in own}
     quotas = defaultdict(list)
     for q in Quota.objects.filter(team__in=own).select_related("gpu_model"):
         quotas[q.team_id].append(q)

@@ -4,6 +4,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from apps.dashboards.selectors.filters import Filters
+from apps.jobs.models import JobAllocation
 from apps.reservations.choices import ReservationStatus
 from apps.reservations.models import ReservationGpu
 
@@ -30,10 +31,6 @@ def occupancy(filters: Filters) -> list[dict]:
                 "end": min(h.end, filters.end),
             }
         )
-    try:
-        from apps.jobs.models import JobAllocation
-    except ImportError:  # pragma: no cover - the jobs app is optional for the dashboards
-        return items
     now = timezone.now()
     allocations = JobAllocation.objects.filter(
         Q(end__isnull=True) | Q(end__gt=filters.start),

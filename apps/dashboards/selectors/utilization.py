@@ -16,6 +16,7 @@ from apps.dashboards.selectors.filters import (
 )
 from apps.fleet.choices import GpuStatus
 from apps.fleet.models import Gpu, GpuModel
+from apps.jobs.models import JobAllocation
 from apps.reservations.models import ReservationGpu
 from apps.telemetry.selectors import team_model_hours
 
@@ -41,26 +42,21 @@ def _uses(filters: Filters, *, all_teams: bool) -> list[tuple]:
         .annotate(n=Count("id"), fleet_n=Count("id", filter=in_fleet))
         .order_by()
     )
-    try:
-        from apps.jobs.models import JobAllocation
-    except ImportError:  # pragma: no cover - the jobs app is optional for the dashboards
-        JobAllocation = None
-    if JobAllocation is not None:
-        jobs = JobAllocation.objects.filter(
-            Q(end__isnull=True) | Q(end__gt=filters.start),
-            job__reservation__isnull=True,
-            start__lt=filters.end,
-        )
-        if not all_teams:
-            jobs = jobs.filter(job__team_id__in=filters.team_ids)
-        if filters.gpu_model:
-            jobs = jobs.filter(gpu__model=filters.gpu_model)
-        for start, end, team_id, n, fleet_n in (
-            jobs.values_list("start", "end", "job__team_id")
-            .annotate(n=Count("id"), fleet_n=Count("id", filter=in_fleet))
-            .order_by()
-        ):
-            rows.append((start, end or filters.end, team_id, n, fleet_n))
+    jobs = JobAllocation.objects.filter(
+        Q(end__isnull=True) | Q(end__gt=filters.start),
+        job__reservation__isnull=True,
+        start__lt=filters.end,
+    )
+    if not all_teams:
+        jobs = jobs.filter(job__team_id__in=filters.team_ids)
+    if filters.gpu_model:
+        jobs = jobs.filter(gpu__model=filters.gpu_model)
+    for start, end, team_id, n, fleet_n in (
+        jobs.values_list("start", "end", "job__team_id")
+        .annotate(n=Count("id"), fleet_n=Count("id", filter=in_fleet))
+        .order_by()
+    ):
+        rows.append((start, end or filters.end, team_id, n, fleet_n))
     clipped = []
     for start, end, team_id, n, fleet_n in rows:
         start, end = max(start, filters.start), min(end, filters.end)
