@@ -286,6 +286,11 @@ if SSO_ENABLED:
 # `Authorization: Bearer <METRICS_TOKEN>`.
 METRICS_PUBLIC = env.bool("METRICS_PUBLIC", default=False)
 METRICS_TOKEN = env.str("METRICS_TOKEN", default="")
+# Each app serves its own metrics; the portal only lists them (it imports no app).
+METRICS_COLLECTORS = [
+    "apps.fleet.metrics.FleetCollector",
+    "apps.telemetry.metrics.TelemetryCollector",
+]
 API_DOCS_PUBLIC = env.bool("API_DOCS_PUBLIC", default=False)
 
 # --- Request limits -------------------------------------------------------------------------

@@ -4,16 +4,16 @@ import logging
 import threading
 import time
 
+from django.conf import settings
 from django.core.cache import cache
 from django.db import connection
 from django.http import HttpResponse, HttpResponseServerError, JsonResponse
 from django.shortcuts import render
 from django.template import loader
+from django.utils.module_loading import import_string
 from django.views.decorators.cache import never_cache
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from apps.fleet.selectors import fleet_summary
 from portal.celery import app as celery_app
 from portal.exceptions import RETRY_AFTER_SECONDS
 from portal.permissions import metrics_allowed
@@ -97,71 +97,6 @@ def healthz_view(request):
     return response
 
 
-class FleetCollector:
-    """Reads fleet state at scrape time, so /metrics is always current across processes."""
-
-    def collect(self):
-        summary = fleet_summary()
-        nodes = GaugeMetricFamily("portal_nodes", "GPU nodes by status.", labels=["status"])
-        for status, count in summary["nodes_by_status"].items():
-            nodes.add_metric([status], count)
-        yield nodes
-        gpus = GaugeMetricFamily("portal_gpus", "Physical GPUs by admin status.", labels=["status"])
-        for status, count in summary["gpus_by_status"].items():
-            gpus.add_metric([status], count)
-        yield gpus
-        health = GaugeMetricFamily(
-            "portal_gpus_health", "Physical GPUs by health.", labels=["health"]
-        )
-        for state, count in summary["gpus_by_health"].items():
-            health.add_metric([state], count)
-        yield health
-        by_model = GaugeMetricFamily(
-            "portal_gpus_schedulable", "Schedulable GPUs per model.", labels=["model"]
-        )
-        for row in summary["gpu_models"]:
-            by_model.add_metric([row["name"]], row["schedulable"])
-        yield by_model
-
-
-class TelemetryCollector:
-    """Ingest counters kept in the database, so every web process reports the same totals."""
-
-    def collect(self):
-        from django.db.models import Sum
-
-        from apps.telemetry.models import IngestBatch, TelemetryCounter
-
-        stored = CounterMetricFamily(
-            "portal_telemetry_samples_stored", "GPU samples stored by ingest."
-        )
-        rejected = CounterMetricFamily(
-            "portal_telemetry_samples_rejected",
-            "GPU samples rejected by ingest.",
-            labels=["reason"],
-        )
-        duplicate = CounterMetricFamily(
-            "portal_telemetry_batches_duplicate", "Telemetry batches delivered again and skipped."
-        )
-        dead_letters = CounterMetricFamily(
-            "portal_telemetry_dead_letters",
-            "Telemetry messages that could not be stored, parked for admins (admin site).",
-            labels=["reason"],
-        )
-        live = IngestBatch.objects.aggregate(n=Sum("stored"))["n"] or 0
-        totals = {"samples_stored_archived": 0, "batches_duplicate": 0}
-        for name, reason, value in TelemetryCounter.objects.values_list("name", "reason", "value"):
-            if name == "samples_rejected":
-                rejected.add_metric([reason], value)
-            elif name == "dead_letters":
-                dead_letters.add_metric([reason], value)
-            elif name in totals:
-                totals[name] += value
-        stored.add_metric([], live + totals["samples_stored_archived"])
-        duplicate.add_metric([], totals["batches_duplicate"])
-        yield from (stored, rejected, duplicate, dead_letters)
-
-
 @never_cache
 def metrics_view(request):
     if not metrics_allowed(request):
@@ -173,8 +108,8 @@ def metrics_view(request):
         response["WWW-Authenticate"] = 'Bearer realm="metrics"'
         return response
     registry = CollectorRegistry()
-    registry.register(FleetCollector())
-    registry.register(TelemetryCollector())
+    for path in settings.METRICS_COLLECTORS:
+        registry.register(import_string(path)())
     return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)
 
 

@@ -141,7 +141,7 @@ def test_lost_database_connection_is_not_parked(fleet, now, monkeypatch):
 
 @pytest.mark.django_db
 def test_dead_letters_are_counted_on_metrics_by_reason(fleet, now):
-    from portal.views import TelemetryCollector
+    from apps.telemetry.metrics import TelemetryCollector
 
     telemetry_ingest_many(batches=[batch(2**63, [sample(_uuids("h100-a")[0], now.timestamp())])])
     families = {family.name: family for family in TelemetryCollector().collect()}
