@@ -8,7 +8,8 @@
     of them small) on 64 x 8 GPUs, and (c) the Alibaba openb pod list on the number of 8-GPU
     nodes it loads to about 75 % on average (teams = its QoS classes). For each: the floor (a
     minimal heap-based FIFO simulation written here, fastest of three runs); every policy
-    (fairshare with each spare order, fifo, sjf told the runtime limits users give) and the
+    (fairshare with each spare order and with borrowed work packed apart, fifo, sjf told the
+    runtime limits users give) and the
     oracle SJF (told the true durations) with wall and CPU time and their ratios to the floor;
     the metrics table; what each team sees under fairshare (guarantee wait, average JCT shared
     vs alone on its guaranteed GPUs, finish-time fairness rho; Jain in the table as context);
@@ -192,11 +193,13 @@ def fifo_floor(jobs, nodes: int, per_node: int) -> tuple[float, float]:
 
 # (label, policy, spare order): the default first; sjf is told the runtime limits users give
 # (duration-blind), "sjf oracle" the true durations (the reference for average JCT).
+# "fs packed": fairshare with borrowed work kept apart from guaranteed work (pack_borrowed).
 POLICIES = (
     ("fairshare", "fairshare", "share"),
     ("fs las", "fairshare", "las"),
     ("fs tiresias", "fairshare", "tiresias"),
     ("fs slowdown", "fairshare", "slowdown"),
+    ("fs packed", "fairshare", "share"),
     ("fifo", "fifo", "share"),
     ("sjf", "sjf", "share"),
 )
@@ -237,7 +240,7 @@ def replay_case(label: str, jobs, gpus, nodes: int, per_node: int) -> dict:
     runs = [(name, policy, order, "classes") for name, policy, order in POLICIES]
     runs.append((ORACLE, "sjf", "share", "exact"))
     for name, policy, order, limits in runs:
-        config = SchedulerConfig(spare_order=order)
+        config = SchedulerConfig(spare_order=order, pack_borrowed=name == "fs packed")
         results[name], walls[name], cpus[name] = timed(
             simulate, jobs, gpus, quotas, policy, config, runtime_limits=limits
         )

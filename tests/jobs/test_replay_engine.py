@@ -85,6 +85,19 @@ def test_other_spare_orders_also_decide_the_same_incrementally(trace, spare_orde
     assert kept == rebuilt and a.job_rows == b.job_rows
 
 
+@settings(max_examples=60, deadline=None)
+@given(traces())
+def test_packing_borrowed_work_also_decides_the_same_incrementally(trace):
+    jobs, gpus, quotas = trace
+    config = SchedulerConfig(
+        preempt_min_runtime_seconds=600, preempt_max_lost_ratio=4.0, pack_borrowed=True
+    )
+    kept, rebuilt = [], []
+    a = simulate(jobs, gpus, quotas, "fairshare", config, decisions=kept)
+    b = simulate(jobs, gpus, quotas, "fairshare", config, incremental=False, decisions=rebuilt)
+    assert kept == rebuilt and a.job_rows == b.job_rows
+
+
 @pytest.mark.parametrize("spare_order", ["share", "las", "slowdown"])
 @pytest.mark.parametrize("last_b_gpu_to", ["vision", "nlp"])
 def test_a_failed_preemption_is_tried_again_when_the_job_turns_to_another_model(

@@ -115,6 +115,11 @@ class SchedulerConfig:
     # A job within its guarantee waits this long for GPUs to come back by themselves before
     # victims outside the bounds above are stopped for it (within them: at once).
     reclaim_patience_seconds: float = 600.0
+    # Keep borrowed (over-quota) work and guaranteed work on separate nodes where both fit,
+    # so that a reclaim frees whole nodes. Off by default: on the synthetic bench trace it
+    # spends whole free nodes on borrowed 1-GPU jobs and more multi-node gangs are preempted
+    # (GPU-hours lost about 3 x); on the Alibaba pod list it cuts them by a third.
+    pack_borrowed: bool = False
     # Time a preempted job gets to stop (SIGTERM -> SIGKILL); used for estimates only.
     grace_seconds: float = 30.0
     # Write a message and an estimated start for every pending job. The replayer turns it
@@ -177,6 +182,10 @@ class Engine(PreemptionMixin, ExplainMixin):
         self.team_gpus: dict[str, int] = defaultdict(int)
         self.spread: dict[int, dict[str, int]] = {}  # running job -> GPUs per node
         self.on_node: dict[str, set[int]] = defaultdict(set)  # node -> running jobs there
+        # node -> GPUs of running over-quota (preemptible) jobs there / of the others: borrowed
+        # work is packed apart from guaranteed work so that a reclaim frees whole nodes
+        self.lent_on_node: dict[str, int] = defaultdict(int)
+        self.kept_on_node: dict[str, int] = defaultdict(int)
         self.preemptible: set[int] = set()  # running over-quota jobs outside reservations
         self.releases: dict[str, list[float]] = defaultdict(list)
         # Ends of the bookings holding GPUs now, per model: a job that waits for booked GPUs
@@ -277,8 +286,10 @@ class Engine(PreemptionMixin, ExplainMixin):
                 node = info[gid].node
                 spread[node] = spread.get(node, 0) + 1
             self.spread[run.job_id] = spread
-        for node in self.spread[run.job_id]:
+        on_node = self.lent_on_node if run.job_id in self.preemptible else self.kept_on_node
+        for node, n in self.spread[run.job_id].items():
             self.on_node[node].add(run.job_id)
+            on_node[node] += n
         if self.config.explain:  # release times serve start estimates only
             end = run.started_at + run.max_runtime
             releases = self.releases[run.model]
@@ -294,12 +305,14 @@ class Engine(PreemptionMixin, ExplainMixin):
         self.gained += 1
         self.busy.difference_update(run.gpu_ids)
         self.team_gpus[run.team] -= len(run.gpu_ids)
+        on_node = self.lent_on_node if job_id in self.preemptible else self.kept_on_node
         if run.reservation_id is None:
             self.quotas.give(run.team, run.model, len(run.gpu_ids))
             self._caps_cache.pop(run.team, None)
             self.preemptible.discard(job_id)
-        for node in self.spread.pop(job_id):
+        for node, n in self.spread.pop(job_id).items():
             self.on_node[node].discard(job_id)
+            on_node[node] -= n
         if self.config.explain:
             end = run.started_at + run.max_runtime
             releases = self.releases[run.model]
@@ -544,7 +557,11 @@ class Engine(PreemptionMixin, ExplainMixin):
     def _place(self, cand: Candidate, over: bool, *, after_preemption: bool = False) -> bool:
         job = cand.job
         picks = cand.picks or self.pool.find(
-            cand.model, job.gpu_count, job.same_node, self.now + job.max_runtime
+            cand.model,
+            job.gpu_count,
+            job.same_node,
+            self.now + job.max_runtime,
+            self._packing(over),
         )
         if picks is None:  # cannot happen without booked GPUs; be safe
             self.failed[(cand.model, job.gpu_count, job.same_node)] = 0.0
@@ -559,6 +576,21 @@ class Engine(PreemptionMixin, ExplainMixin):
         self.placed_by_team[job.team] += 1
         self.placed_count += 1
         return True
+
+    def _packing(self, over: bool):
+        """Which nodes a placement avoids (``FreePool.find``): with ``config.pack_borrowed``
+        (fairshare only), borrowed and guaranteed work keep apart; else best fit alone."""
+        if self.policy != "fairshare" or not self.config.pack_borrowed:
+            return None
+        return self._avoid_guaranteed if over else self._avoid_borrowed
+
+    def _avoid_guaranteed(self, node: str) -> bool:
+        """Borrowed work goes where no guaranteed work runs, so a reclaim frees whole nodes."""
+        return self.kept_on_node.get(node, 0) > 0
+
+    def _avoid_borrowed(self, node: str) -> bool:
+        """Guaranteed work keeps off nodes of borrowed work (see ``_avoid_guaranteed``)."""
+        return self.lent_on_node.get(node, 0) > 0
 
     def _over(self, cand: Candidate, mode: str) -> bool:
         if mode == GUARANTEE:

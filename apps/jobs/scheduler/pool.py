@@ -135,19 +135,32 @@ class FreePool:
     def _usable_booked(self, model: str, node: str, deadline: float) -> list[int]:
         return sorted(gid for start, gid in self.booked[model].get(node, ()) if start >= deadline)
 
-    def find(self, model: str, count: int, same_node: bool, deadline: float) -> list[int] | None:
+    def find(
+        self, model: str, count: int, same_node: bool, deadline: float, avoid=None
+    ) -> list[int] | None:
         """GPUs for a gang of ``count`` on ``model`` that may run until ``deadline``, or None.
         Does not take them. One node if one has room (best fit: the fewest free GPUs that
-        suffice, keeping whole nodes for big jobs); otherwise, unless ``same_node``, the fewest
-        nodes (most free GPUs first), one NVLink domain when that needs no more nodes, else
-        one rack when that needs no more nodes."""
+        suffice, keeping whole nodes for big jobs; nodes for which ``avoid(node)`` is true only
+        when no other has room); otherwise, unless ``same_node``, the fewest nodes (most free
+        GPUs first), one NVLink domain when that needs no more nodes, else one rack when that
+        needs no more nodes."""
         counts = self.by_count.get(model)
         if counts is None:
             return None
+        fallback = None
         for c in range(count, len(counts)):
-            if counts[c]:
-                node = min(counts[c])
-                return self._pick_on_node(self.free[model][node], count)
+            nodes = counts[c]
+            if not nodes:
+                continue
+            if avoid is None:
+                return self._pick_on_node(self.free[model][min(nodes)], count)
+            welcome = [n for n in nodes if not avoid(n)]
+            if welcome:
+                return self._pick_on_node(self.free[model][min(welcome)], count)
+            if fallback is None:
+                fallback = min(nodes)
+        if fallback is not None:
+            return self._pick_on_node(self.free[model][fallback], count)
         per_node: dict[str, list[int]] = {}
         extra: dict[str, list[int]] = {}
         for node in self.booked.get(model, {}):

@@ -72,6 +72,11 @@ class Command(BaseCommand):
             "classes (its duration rounded up to 1 h, 4 h, 24 h, 72 h or 7 d, as users give "
             "limits) or exact (its true duration: an oracle, for reference)",
         )
+        parser.add_argument(
+            "--pack-borrowed",
+            action="store_true",
+            help="fairshare: keep over-quota work on other nodes than guaranteed work",
+        )
         parser.add_argument("--quotas", help="CSV team,model,guaranteed,limit (default: equal)")
         parser.add_argument("--helios-quotas", help="Helios VC quota CSV, scaled to the fleet")
         parser.add_argument("--limit", type=int, help="replay only the first N jobs")
@@ -104,7 +109,9 @@ class Command(BaseCommand):
             f"{len(loaded.jobs):,} jobs, {len(gpus):,} GPUs, teams {', '.join(teams)}; "
             f"rows adjusted or skipped: {loaded.describe()}"
         )
-        config = SchedulerConfig(spare_order=options["spare_order"])
+        config = SchedulerConfig(
+            spare_order=options["spare_order"], pack_borrowed=options["pack_borrowed"]
+        )
         results = {
             name: simulate(
                 loaded.jobs, gpus, quotas, name, config, runtime_limits=options["runtime_limits"]
