@@ -497,6 +497,8 @@ JOBS_SPARE_ORDER = env.str("JOBS_SPARE_ORDER", default="share")
 # Fair share weighs past GPU use with this half-life.
 JOBS_USAGE_HALF_LIFE_SECONDS = 7 * 24 * 3600
 JOBS_SCHEDULE_SECONDS = 5
+# The queue page re-reads itself this often.
+JOBS_QUEUE_REFRESH_SECONDS = env.int("JOBS_QUEUE_REFRESH_SECONDS", default=10)
 # Preemption a cluster can live with: a job runs this long before it may be preempted, is
 # protected after this many preemptions, and a preemption may cost at most this share of the
 # GPU-time the waiting job asks for.

@@ -160,6 +160,34 @@ def _turns(waiting: list[Job], guaranteed: dict[str, int]) -> dict[int, float]:
     return turns
 
 
+def queued_jobs(waiting: list[Job], *, attained: dict[int, float] | None = None) -> list[QueuedJob]:
+    """The waiting jobs (``team`` and ``gpu_model`` loaded) as the scheduler sees them, each
+    with its turn in its team's queue."""
+    guaranteed: dict[str, int] = {}
+    for slug, count in Quota.objects.values_list("team__slug", "guaranteed"):
+        guaranteed[slug] = guaranteed.get(slug, 0) + count
+    turns = _turns(waiting, guaranteed)
+    attained = attained or {}
+    return [
+        QueuedJob(
+            job_id=job.pk,
+            team=job.team.slug,
+            gpu_model=job.gpu_model.name if job.gpu_model_id else None,
+            gpu_count=job.gpu_count,
+            max_runtime=float(job.max_runtime_seconds),
+            submitted_at=_ts(job.submitted_at),
+            priority_class=PriorityClass(job.priority_class),
+            same_node=job.same_node,
+            reservation_id=job.reservation_id,
+            checkpointable=job.checkpointable,
+            preemptions=job.preemption_count,
+            attained=attained.get(job.pk, 0.0),
+            turn=turns.get(job.pk),
+        )
+        for job in waiting
+    ]
+
+
 def build_state(*, now: datetime) -> ClusterState:
     """What the scheduler sees now. Schedulable GPUs are active, healthy, on an up node (not
     drained, not in a maintenance window now), whole (MIG devices are not offered to jobs)."""
@@ -218,28 +246,7 @@ def build_state(*, now: datetime) -> ClusterState:
         .select_related("team", "gpu_model")
         .order_by("submitted_at", "id")
     )
-    guaranteed: dict[str, int] = {}
-    for q in quota_rows:
-        guaranteed[q.team.slug] = guaranteed.get(q.team.slug, 0) + q.guaranteed
-    turns = _turns(waiting, guaranteed)
-    queued = [
-        QueuedJob(
-            job_id=job.pk,
-            team=job.team.slug,
-            gpu_model=job.gpu_model.name if job.gpu_model_id else None,
-            gpu_count=job.gpu_count,
-            max_runtime=float(job.max_runtime_seconds),
-            submitted_at=_ts(job.submitted_at),
-            priority_class=PriorityClass(job.priority_class),
-            same_node=job.same_node,
-            reservation_id=job.reservation_id,
-            checkpointable=job.checkpointable,
-            preemptions=job.preemption_count,
-            attained=attained.get(job.pk, 0.0),
-            turn=turns.get(job.pk),
-        )
-        for job in waiting
-    ]
+    queued = queued_jobs(waiting, attained=attained)
     quotas = [
         TeamQuota(
             team=q.team.slug,

@@ -8,10 +8,13 @@ from django.db.models import Prefetch, QuerySet
 from django.utils import timezone
 
 from apps.fleet.models import GpuModel
-from apps.jobs.choices import ACTIVE_STATUSES, JobStatus
+from apps.jobs.choices import ACTIVE_STATUSES, WAITING_STATUSES, JobPriorityClass, JobStatus
+from apps.jobs.dispatch import queued_jobs
 from apps.jobs.models import Job, JobAllocation
+from apps.jobs.scheduler.core import queue_order_key
 from apps.teams.models import Team
 from apps.teams.quota_rule import job_held_until
+from apps.teams.selectors import quota_table
 from portal import hooks
 
 
@@ -83,3 +86,67 @@ def with_figures(jobs) -> list[Job]:
     for job in jobs:
         job.figures = figures.get(job.pk, {})
     return jobs
+
+
+# Short names of the scheduler's pending reasons (``PendingReason``) for the queue page; the
+# scheduler's own sentence (``Job.pending_message``) says the rest.
+PENDING_REASON_LABELS = {
+    "quota_reached": "Team at its quota limit",
+    "no_capacity": "Not enough free GPUs",
+    "fair_share": "Other teams first (fair share)",
+    "reserved": "Free GPUs are booked",
+    "reservation_not_active": "Its booking has not started",
+    "waiting_for_preemption": "Over-quota work is stopping for it",
+    "reclaiming_guarantee": "Reclaiming the team's guarantee",
+}
+ANY_MODEL_LABEL = "Any model"
+
+
+def queue_overview(*, user, now: datetime | None = None) -> dict:
+    """The live queue as every signed-in user sees it.
+
+    ``models``: per GPU model (jobs that take any model last), the waiting jobs in the
+    scheduler's queue order (``queue_order_key`` of the configured policy) with their
+    position, the reason and estimated start the last scheduling cycle wrote, and whether the
+    viewer may see the job itself (its name and page: jobs of their own teams, every job for
+    platform admins and finance, as on the jobs list). ``teams``: per quota row, what each team
+    is guaranteed, holds now and borrows above its guarantee (the quota rule's figures)."""
+    now = now or timezone.now()
+    order = queue_order_key(settings.JOBS_SCHEDULER_POLICY)
+    waiting = list(
+        Job.objects.filter(status__in=WAITING_STATUSES).select_related("team", "gpu_model")
+    )
+    visible = set(
+        Job.objects.for_user(user)
+        .filter(pk__in=[job.pk for job in waiting])
+        .values_list("pk", flat=True)
+    )
+    by_model: dict[str, list[Job]] = {}
+    for job in waiting:
+        by_model.setdefault(job.gpu_model.name if job.gpu_model_id else "", []).append(job)
+    models = []
+    keys = {queued.job_id: order(queued) for queued in queued_jobs(waiting)}
+    for name in sorted(by_model, key=lambda n: (n == "", n)):
+        jobs = sorted(by_model[name], key=lambda job: keys[job.pk])
+        models.append(
+            {
+                "gpu_model": name or ANY_MODEL_LABEL,
+                "jobs": [
+                    {
+                        "position": position,
+                        "job": job,
+                        "visible": job.pk in visible,
+                        "priority_class": JobPriorityClass(job.priority_class).label.split(" (")[0],
+                        "reason": PENDING_REASON_LABELS.get(job.pending_reason, ""),
+                        "message": job.pending_message if job.pk in visible else "",
+                        "waiting_seconds": max(0, int((now - job.submitted_at).total_seconds())),
+                    }
+                    for position, job in enumerate(jobs, start=1)
+                ],
+            }
+        )
+    teams = sorted(
+        quota_table(now=now),
+        key=lambda row: (row["team"].slug, row["gpu_model"] is None, str(row["gpu_model"] or "")),
+    )
+    return {"now": now, "models": models, "teams": teams}

@@ -52,6 +52,11 @@ class QuotaRow:
     def scope(self) -> str:
         return self.model if self.model is not None else "all GPU models"
 
+    def borrowed(self, held: int) -> int:
+        """Of ``held`` GPUs in the row's scope, those above its guarantee: borrowed from the
+        spare pool (over quota, preemptible when another team reclaims its guarantee)."""
+        return max(0, held - self.guaranteed)
+
 
 @dataclass(frozen=True, slots=True)
 class Verdict:

@@ -27,9 +27,10 @@ def user_memberships(*, user) -> QuerySet[Membership]:
 
 
 def quota_table(*, teams=None, now: datetime | None = None) -> list[dict]:
-    """Per quota row: guaranteed, limit, what the team holds in the row's scope now and at its
-    peak over the next 7 days (bookings and running jobs), and what it may still take then
-    (the quota rule: a model's row and the team's any-model row both bound it). Holdings come
+    """Per quota row: guaranteed, limit, what the team holds in the row's scope now (and how
+    much of it is borrowed above the guarantee) and at its peak over the next 7 days
+    (bookings and running jobs), and what it may still take then (the quota rule: a model's
+    row and the team's any-model row both bound it). Holdings come
     from the `quota.usage` hook (reservations answers it), so teams needs nothing from the
     layers above it."""
     quotas = list(Quota.objects.select_related("team", "gpu_model"))
@@ -61,6 +62,7 @@ def quota_table(*, teams=None, now: datetime | None = None) -> list[dict]:
                 "guaranteed": quota.guaranteed,
                 "limit": quota.limit,
                 "in_use": used["in_use"],
+                "borrowed": row.borrowed(used["in_use"]),
                 "peak_7d": used["peak_7d"],
                 "left": max(left, 0),
             }

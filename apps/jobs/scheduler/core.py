@@ -127,6 +127,14 @@ class SchedulerConfig:
     explain: bool = True
 
 
+def queue_order_key(policy: str):
+    """The order in which ``policy`` takes waiting jobs: under ``fairshare`` each job's turn
+    in its team's queue (per-user fair share; guarantees and spare capacity are served in
+    this order within each team), under ``sjf`` shortest ``max_runtime`` first, else oldest
+    first. The queue page lists jobs by this key too."""
+    return _order_key(policy)
+
+
 def _order_key(policy: str):
     if policy == "sjf":
         return lambda j: (j.max_runtime, j.submitted_at, j.job_id)
@@ -175,7 +183,7 @@ class Engine(PreemptionMixin, ExplainMixin):
             )
         self.pool = FreePool(gpus)
         self.quotas = QuotaBook(quotas)
-        self.queue_order = _order_key(policy)
+        self.queue_order = queue_order_key(policy)
         self.total_capacity = max(1, len(gpus))
         self.running: dict[int, RunningJob] = {}
         self.busy: set[int] = set()
@@ -881,6 +889,7 @@ __all__ = [
     "SchedulerConfig",
     "UsageMeter",
     "engine_from_state",
+    "queue_order_key",
     "running_from",
     "schedule",
 ]
