@@ -49,10 +49,12 @@ def test_queue_page_shows_order_reasons_teams_and_refreshes_itself(login_as, set
     h100 = page.locator('[data-testid=queue-model][data-model="H100-SXM-80GB"]')
     rows = h100.locator("tbody tr")
     expect(rows).to_have_count(2)
-    expect(rows.nth(0)).to_have_attribute("data-job", str(waiting.pk))
-    expect(rows.nth(0).locator("[data-col=reason]")).to_contain_text("Team at its quota limit")
-    expect(rows.nth(1)).to_have_attribute("data-job", str(hidden.pk))
-    expect(rows.nth(1)).to_contain_text("another team's job")
+    # Per-user fair share: alice's running job pushes her next turn back, so nlp's job,
+    # submitted later, comes first.
+    expect(rows.nth(0)).to_have_attribute("data-job", str(hidden.pk))
+    expect(rows.nth(0)).to_contain_text("another team's job")
+    expect(rows.nth(1)).to_have_attribute("data-job", str(waiting.pk))
+    expect(rows.nth(1).locator("[data-col=reason]")).to_contain_text("Team at its quota limit")
     expect(h100).not_to_contain_text("nlp-private-run")
     assert running.pk not in [int(v) for v in rows.evaluate_all("r => r.map(x => x.dataset.job)")]
 

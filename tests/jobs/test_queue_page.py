@@ -115,3 +115,25 @@ def test_queue_is_in_the_openapi_schema(client, member):
 def test_empty_queue_says_so(client, member):
     client.force_login(member)
     assert "No job is waiting." in client.get("/jobs/queue/").content.decode()
+
+
+def test_a_teammates_job_takes_its_turn_ahead_of_one_users_backlog(member, team, waiting, sent):
+    """Per-user fair share inside a team: the page lists jobs by their turn, as the cycle does."""
+    from apps.jobs.scheduler.core import queue_order_key
+    from tests.factories import MembershipFactory, UserFactory
+
+    teammate = MembershipFactory(team=team, user=UserFactory(username="tom")).user
+    theirs = JobFactory(
+        team=team, submitted_by=teammate, name="tom-1", gpu_model=waiting["early"].gpu_model,
+        gpu_count=8,
+    )  # fmt: skip
+    state = dispatch.build_state(now=timezone.now())
+    expected = [
+        q.job_id
+        for q in sorted(state.queued, key=queue_order_key("fairshare"))
+        if q.gpu_model == "H100-SXM-80GB"
+    ]
+    listed = [job_id for _, job_id in _order(client_for(member))]
+    assert listed == expected
+    # Submitted last, but alice's earlier jobs pushed her later turns back.
+    assert listed.index(theirs.pk) < listed.index(waiting["late"].pk)
