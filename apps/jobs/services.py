@@ -31,6 +31,7 @@ from apps.reservations.choices import OPEN_STATUSES as RESERVATION_OPEN_STATUSES
 from apps.reservations.models import Reservation
 from apps.teams.models import Membership, Team
 from apps.teams.permissions import is_platform_admin
+from apps.teams.selectors import team_quota_rule
 from portal import hooks
 from portal.exceptions import ConflictError, PolicyRefusal
 from portal.formatting import format_count
@@ -167,6 +168,38 @@ def fleet_size(gpu_model: GpuModel | None) -> tuple[int, int]:
     return max(per_model.values(), default=0), largest
 
 
+def _require_within_guarantee(team: Team, gpu_model: GpuModel | None, gpu_count: int) -> None:
+    """Refuse (400 on priority_class) a Guaranteed job larger than the team's guarantee: the
+    class runs only within the guarantee, so such a job would wait for ever. The message
+    names the fix."""
+    rule = team_quota_rule(team=team)
+    models = (
+        [gpu_model.name]
+        if gpu_model is not None
+        else list(GpuModel.objects.order_by("name").values_list("name", flat=True))
+    )
+    ceiling = max((rule.guarantee_ceiling(team.slug, model) for model in models), default=0)
+    if gpu_count <= ceiling:
+        return
+    noun = f"{gpu_model.name} GPU" if gpu_model is not None else "GPU"
+    over_quota = JobPriorityClass.OVER_QUOTA.label.split(" (", 1)[0]
+    if ceiling == 0:
+        message = (
+            f"Team {team.slug} has no guaranteed {noun}s, so its jobs cannot run as Guaranteed. "
+            f"Choose {over_quota}: the job then runs on spare GPUs within the team's limit and "
+            "may be preempted."
+        )
+    else:
+        message = (
+            f"Team {team.slug} is guaranteed {format_count(ceiling, noun)}"
+            f"{'' if gpu_model is not None else ' of one model'}, so a {gpu_count}-GPU job "
+            f"cannot run as Guaranteed. Choose {over_quota} to run it on spare GPUs within the "
+            "team's limit (it may be preempted), or ask for at most "
+            f"{format_count(ceiling, 'GPU')}."
+        )
+    raise ValidationError({"priority_class": message})
+
+
 def job_submit(
     *,
     actor,
@@ -185,8 +218,8 @@ def job_submit(
 ) -> Job:
     """Queue a job for the team. Members of the team may submit. Refuses (400, per field) an
     empty or string argv, bad env names, more GPUs than one node has (same_node) or than the
-    fleet has, a runtime above JOBS_MAX_RUNTIME_SECONDS, and a reservation of another team or
-    smaller than the job."""
+    fleet has, a runtime above JOBS_MAX_RUNTIME_SECONDS, a reservation of another team or
+    smaller than the job, and a Guaranteed job larger than the team's guarantee."""
     if not Membership.objects.filter(user=actor, team=team).exists():
         raise PolicyRefusal("Only members of the team may submit its jobs.", code="not_member")
     argv = _validate_argv(argv)
@@ -220,6 +253,8 @@ def job_submit(
         same_node = False
     if gpu_count > total:
         raise ValidationError({"gpu_count": f"The fleet has only {total} {what}."})
+    if priority_class == JobPriorityClass.GUARANTEED and reservation is None:
+        _require_within_guarantee(team, gpu_model, gpu_count)
     with transaction.atomic():
         job = Job.objects.create(
             team=team,

@@ -28,7 +28,9 @@
         estimate.textContent = "Estimated start: " + showTime(job.estimated_start);
       } else {
         estimate.className = "muted";
-        estimate.textContent = "No estimated start yet.";
+        estimate.textContent = job.pending_reason === "beyond_quota"
+          ? "No estimated start: the job waits for its team's quota to change."
+          : "No estimated start yet.";
       }
     }
     return true;

@@ -102,3 +102,28 @@ def test_find_free_slots_starts_at_the_local_day_and_time_typed(new_york_page):
     cells = page.get_by_test_id("timeline").locator("tbody td:not(.past)")
     counts = {int(t) for t in cells.all_inner_texts()}
     assert max(counts) == limit and fleet not in counts
+
+
+def test_guaranteed_job_above_the_guarantee_is_refused_on_the_form(login_as, monkeypatch):
+    from apps.jobs import services
+    from apps.jobs.models import Job
+
+    monkeypatch.setattr(services.current_app, "send_task", lambda *args, **kwargs: None)
+    guarantee = Quota.objects.get(team__slug="vision", gpu_model__name=H100).guaranteed
+    page = login_as("alice")
+    page.goto("/jobs/submit/")
+    page.fill("#id_argv", "python\ntrain.py")
+    page.select_option("#id_gpu_model", H100)
+    page.fill("#id_gpu_count", str(guarantee + 2))
+    # The form starts in the Guaranteed class for a team with a guarantee.
+    expect(page.locator("#id_priority_class")).to_have_value("guaranteed")
+    page.get_by_role("button", name="Submit").click()
+    error = page.locator("#id_priority_class-error")
+    expect(error).to_contain_text(f"guaranteed {guarantee} {H100} GPUs")
+    expect(error).to_contain_text("Choose Over quota")
+    assert not Job.objects.exists()
+    # The fix the message names works.
+    page.select_option("#id_priority_class", "over_quota")
+    page.get_by_role("button", name="Submit").click()
+    expect(page.get_by_test_id("job-status")).to_have_text("Queued")
+    assert Job.objects.get().priority_class == "over_quota"

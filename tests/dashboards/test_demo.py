@@ -113,7 +113,9 @@ def test_demo_jobs_have_cost_efficiency_advice_and_a_waiting_job_once():
     assert waiting.gpu_count == 16 and waiting.team.slug == "nlp"
     schedule_cycle()
     waiting.refresh_from_db()
-    assert waiting.status == JobStatus.QUEUED and waiting.pending_reason == "quota_reached"
+    # 16 GPUs on nlp's limit of 12: it waits for the limit, with no start estimate.
+    assert waiting.status == JobStatus.QUEUED and waiting.pending_reason == "beyond_quota"
+    assert waiting.estimated_start is None
     assert float(job_figures(jobs=[waiting])[waiting.pk]["estimated_cost"]) > 0
 
     call_command("seed_demo")

@@ -47,6 +47,12 @@ class ExplainMixin:
                 if pending.estimated_start is not None:  # a reclaim knows when it lands
                     append(pending)
                     continue
+            if reason == PendingReason.BEYOND_QUOTA or not any(
+                self.quotas.rule.rows_for(job.team, m) for m in self._models_for(job.gpu_model)
+            ):
+                # Free GPUs say nothing about when the quota changes.
+                append(Pending(job.job_id, reason, message, None))
+                continue
             shape = (job.gpu_model, job.gpu_count)
             if shape not in estimates:
                 estimates[shape] = self._estimate(job)
@@ -59,6 +65,11 @@ class ExplainMixin:
             self.policy == "fairshare" and job.priority_class == PriorityClass.GUARANTEED
         )
         mode = GUARANTEE if guaranteed_only else BASELINE
+        with_rows = [m for m in models if self.quotas.rule.rows_for(job.team, m)]
+        if with_rows and all(
+            job.gpu_count > self._ceiling(job.team, m, guaranteed_only) for m in models
+        ):
+            return self._beyond_quota_reason(job, job.gpu_model or with_rows[0], guaranteed_only)
         if models and all(
             job.gpu_count > self._cap(job.team, m, mode, job.priority_class) for m in models
         ):
@@ -124,15 +135,53 @@ class ExplainMixin:
                 "gives quotas.",
             )
         scope = row.model  # None: the row covers every model
+        held = self.quotas.used[(job.team, scope)]
         if guaranteed_only:
-            return (
-                PendingReason.QUOTA_REACHED,
-                f"Team {job.team} is using all {gpu_count(row.guaranteed, scope)} it is "
-                "guaranteed.",
+            if held >= row.guaranteed:
+                message = (
+                    f"Team {job.team} is using all {gpu_count(row.guaranteed, scope)} it is "
+                    "guaranteed."
+                )
+            else:
+                message = (
+                    f"Team {job.team} holds {held} of the {gpu_count(row.guaranteed, scope)} "
+                    f"it is guaranteed; the job needs {job.gpu_count}."
+                )
+            return PendingReason.QUOTA_REACHED, message
+        if held >= row.limit:
+            message = f"Team {job.team} is at its quota of {gpu_count(row.limit, scope)}."
+        else:
+            message = (
+                f"Team {job.team} holds {held} of its quota of {gpu_count(row.limit, scope)}; "
+                f"the job needs {job.gpu_count}."
             )
+        return PendingReason.QUOTA_REACHED, message
+
+    def _ceiling(self, team: str, model: str, guaranteed_only: bool) -> int:
+        """The most GPUs of ``model`` one job of the team may ever get: its guarantee in the
+        Guaranteed class (fair share), else its limit."""
+        rule = self.quotas.rule
+        return rule.guarantee_ceiling(team, model) if guaranteed_only else rule.ceiling(team, model)
+
+    def _beyond_quota_reason(
+        self, job: QueuedJob, model: str, guaranteed_only: bool
+    ) -> tuple[PendingReason, str]:
+        """A job larger than the team's limit (or guarantee) waits for the quota, not for GPUs."""
+        rows = self.quotas.rule.rows_for(job.team, model)
+        if guaranteed_only:
+            row = min(rows, key=lambda r: r.guaranteed)
+            return (
+                PendingReason.BEYOND_QUOTA,
+                f"The job needs {job.gpu_count} GPUs but team {job.team} is guaranteed "
+                f"{gpu_count(row.guaranteed, row.model)}: as Guaranteed it cannot start until "
+                "the guarantee changes. Submit it as Over quota to run on spare GPUs.",
+            )
+        row = min(rows, key=lambda r: r.limit)
         return (
-            PendingReason.QUOTA_REACHED,
-            f"Team {job.team} is at its quota of {gpu_count(row.limit, scope)}.",
+            PendingReason.BEYOND_QUOTA,
+            f"The job needs {job.gpu_count} GPUs, more than team {job.team}'s limit of "
+            f"{gpu_count(row.limit, row.model)}: it cannot start until a platform admin raises "
+            "the limit.",
         )
 
     def _estimate(self, job: QueuedJob) -> float | None:

@@ -21,6 +21,9 @@ class PriorityClass(StrEnum):
 
 class PendingReason(StrEnum):
     QUOTA_REACHED = "quota_reached"  # the team is at its limit for this model
+    # larger than the team's limit (or, in the Guaranteed class, its guarantee): it cannot
+    # start until the quota changes, so it has no estimated start
+    BEYOND_QUOTA = "beyond_quota"
     NO_CAPACITY = "no_capacity"  # not enough free GPUs (of the model / on one node)
     FAIR_SHARE = "fair_share"  # capacity exists but other teams come first by fair share
     RESERVED = "reserved"  # free GPUs are booked by other teams before the job could end
