@@ -85,3 +85,19 @@ def test_a_gang_drains_the_node_whose_guaranteed_work_ends_first():
     rows = rows_of(simulate(jobs, gpus, quotas, "fairshare"))
     assert rows[2]["end"] == 7201
     assert rows[1000]["first_start"] == 7201
+
+
+def test_a_gang_of_any_model_gets_a_node_drained_ahead_on_a_fleet_of_two_models():
+    """As the first test, on one node of each of two models, and the gang accepts any model:
+    the node of either model that will have room soonest drains for it (nothing borrowed
+    starts there), and it starts when the last job there ends, with nothing preempted."""
+    gpus = parse_fleet("1x8:A,1x8:B")
+    quotas = [TeamQuota("lender", None, 0, 16), TeamQuota("small", None, 8, 8)]
+    jobs = [TraceJob(k, 5.0 * k, 1500, 1, "lender") for k in range(1, 17)]
+    jobs += [TraceJob(100 + k, 100.0 * k, 1500, 1, "lender") for k in range(1, 400)]
+    jobs.append(TraceJob(1000, 3000, 3600, 8, "small"))
+    result = simulate(jobs, gpus, quotas, "fairshare")
+    gang = rows_of(result)[1000]
+    assert gang["within_guarantee"]
+    assert gang["first_start"] - gang["submit"] <= 1500
+    assert result.preemptions == 0
