@@ -1,16 +1,22 @@
 """Chargeback exports (CSV, JSON, XLSX; FinOps FOCUS in `focus.py`) read straight from the ledger.
 
-Rounding rule. The ledger keeps each charge at full precision. Exported lines are rounded to
-cents, half-even, with a running total: walking the lines in the export's fixed order (team,
-then day, GPU model, source), each line's cost is round(total up to and including it) minus
-round(total before it). So every line is within a cent of its exact cost, and any team's lines,
-the platform's lines and all lines together sum exactly to their rounded exact totals; every
-format and detail level gives the same team totals, and the team totals plus the platform's
-unallocated capacity equal the fleet's cost to the cent. A line's components (held-idle cost,
-over-quota cost, energy cost) follow the same rule from the same running total: a component c
-is round(total before the line + c) minus round(total before the line), so a component is never
-negative and never more than its line. Exact totals come from the database with `ExactSum`, so
-both databases (PostgreSQL, and SQLite, which keeps decimals as floats) give the same cents.
+Rounding rule: one owner. The ledger keeps each charge at full precision. The finest line of
+the chargeback, the detail line (team x day x GPU model x source x GPU), is the only place money
+is rounded: `export_lines` rounds each detail line's cost and its parts (busy, held idle, over
+quota, energy; an adjustment is a line of its own) once, and every coarser figure (summary
+lines, the page's team totals, statements, FOCUS rows) is a sum of those rounded parts, never a
+sum of exact values rounded again. So a part reads the same in every format and the statement.
+
+A line's cost is rounded half-even with a running total: walking the detail lines in the
+export's fixed order (team, day, GPU model, source, ...), a line's cost is round(total up to and
+including it) minus round(total before it). So every line is within a cent of its exact cost,
+and any team's lines, the platform's lines and all lines together sum exactly to their rounded
+exact totals. The parts come from the same running total: held idle and energy lie side by
+side inside the line, each rounded as round(total before it + part) minus round(total before
+it), so they never exceed the line and the busy part (what is left of a booking's or job's
+line) is never negative; over quota overlaps them and is rounded on its own the same way. An
+adjustment is a line of its own, labelled with the month it corrects. Exact totals come from the database with `ExactSum`, so both databases (PostgreSQL,
+and SQLite, which keeps decimals as floats) give the same cents.
 
 Exports stream: rows come from the database in chunks and leave as they are written, so memory
 stays bounded whatever the period's size (XLSX is written in openpyxl's write-only mode to a
@@ -31,7 +37,7 @@ from django.db.models.functions import TruncDate
 
 from apps.billing.choices import PLATFORM_COST_CENTER, ChargeSource, is_showback
 from apps.billing.invoices import invoice_id
-from apps.billing.models import BillingPeriod, LedgerEntry
+from apps.billing.models import Adjustment, BillingPeriod, LedgerEntry
 from apps.billing.money import ExactSum
 
 CENT = Decimal("0.01")
@@ -65,6 +71,17 @@ class RunningRounder:
         self.exact += amount
         previous, self.rounded = self.rounded, cents(self.exact)
         return self.rounded - previous
+
+    def take_stacked(self, amount: Decimal, stacked: dict, overlapping: dict) -> Decimal:
+        """As `take`, for parts of two kinds. `stacked` parts lie side by side inside the
+        amount (held idle, then energy): each is rounded from the running total after the ones
+        before it, so together they never exceed the amount and what is left of it (the busy
+        part) is never negative. `overlapping` parts (over quota) are rounded each on its own."""
+        cursor = self.exact
+        for name, part in stacked.items():
+            stacked[name] = cents(cursor + (part or 0)) - cents(cursor)
+            cursor += part or 0
+        return self.take(amount, overlapping)
 
 
 @dataclass(frozen=True)
@@ -113,15 +130,15 @@ def team_order():
 
 
 def _lines_queryset(scope: ExportScope):
+    """The detail lines (the finest grouping every coarser figure is summed from)."""
     entries = LedgerEntry.objects.filter(period_id=scope.period.pk)
     if scope.team_id is not None:
         entries = entries.filter(team_id=scope.team_id)
     order = [*team_order(), "day", F("gpu_model__name").asc(nulls_first=True)]
-    if scope.level == DETAIL:
-        order += ["source", "source_id", F("gpu__uuid").asc(nulls_first=True), "over_quota"]
+    order += ["source", "source_id", F("gpu__uuid").asc(nulls_first=True), "over_quota"]
     return (
         entries.annotate(day=TruncDate("slice_start", tzinfo=UTC))
-        .values(*GROUP_FIELDS[scope.level])
+        .values(*GROUP_FIELDS[DETAIL])
         .annotate(
             sum_gpu_seconds=Sum("gpu_seconds"),
             sum_busy_seconds=Sum("busy_seconds"),
@@ -154,69 +171,149 @@ def _carried_before(scope: ExportScope) -> Decimal:
 
 
 def export_lines(scope: ExportScope) -> Iterator[dict]:
-    """The export's lines in order, each with its exact and its rounded cost."""
+    """The export's lines in order, each with its exact and its rounded cost and parts. Detail
+    lines are rounded here (the one rounding step); a summary line is the sum of its detail
+    lines' rounded figures."""
     rounder = RunningRounder(_carried_before(scope))
-    for row in _lines_queryset(scope).iterator(chunk_size=5000):
-        _round_line(rounder, row)
-        row["sub_account"] = row["team__slug"] or PLATFORM_COST_CENTER
-        yield row
+    labels = adjustment_labels(scope.period)
+    lines = (
+        _round_line(rounder, row, labels)
+        for row in _lines_queryset(scope).iterator(chunk_size=5000)
+    )
+    if scope.level == DETAIL:
+        yield from lines
+    else:
+        yield from _merged(lines, _summary_key, SUMMARY_FIELDS)
 
 
 def team_totals(period: BillingPeriod) -> list[dict]:
-    """Per team (platform last): GPU-hours, busy/idle hours, over-quota and rounded cost, with
-    the same rounding as the exports (their lines sum to these)."""
-    rows = (
-        LedgerEntry.objects.filter(period_id=period.pk)
-        .values("team_id", "team__slug", "team__name")
-        .annotate(
-            sum_gpu_seconds=Sum("gpu_seconds"),
-            sum_busy_seconds=Sum("busy_seconds"),
-            held_idle_seconds=Sum(_held_idle_seconds()),
-            sum_energy_kwh=ExactSum("energy_kwh", places=6),
-            **_money_sums(),
-        )
-        .order_by(*team_order())
+    """Per team (platform last): GPU-hours, busy/idle hours, and the cost and its parts, each
+    the sum of the team's rounded detail lines (so every export sums to these)."""
+    rows = _merged(
+        export_lines(ExportScope(period, None, DETAIL)),
+        lambda line: line["team_id"],
+        ("team_id", "team__slug", "team__name", "team__cost_center", "sub_account"),
     )
-    rounder = RunningRounder()
     result = []
     for row in rows:
-        _round_line(rounder, row)
-        row["sub_account"] = row["team__slug"] or PLATFORM_COST_CENTER
         row["gpu_hours"] = gpu_hours(row["sum_gpu_seconds"])
         row["busy_gpu_hours"] = gpu_hours(row["sum_busy_seconds"])
         row["held_idle_gpu_hours"] = gpu_hours(row["held_idle_seconds"])
+        row["over_quota_gpu_hours"] = gpu_hours(row["over_quota_seconds"])
         result.append(row)
     return result
 
 
+# The parts of a line's cost a reader sees; each rounded once, on the detail line.
 COMPONENTS = ("held_idle_cost", "over_quota_cost", "energy_cost")
+PARTS = ("busy_cost", *COMPONENTS, "adjustment_cost")
+USAGE, ADJUSTMENT = "usage", "adjustment"
+_SUMMED = (
+    "sum_gpu_seconds", "sum_busy_seconds", "held_idle_seconds", "over_quota_seconds",
+    "sum_energy_kwh", "exact_cost", "cost", *PARTS, *(f"exact_{name}" for name in COMPONENTS),
+)  # fmt: skip
+SUMMARY_FIELDS = (
+    *GROUP_FIELDS[SUMMARY], "sub_account", "line_type", "description",
+)  # fmt: skip
 
 
-def _round_line(rounder: RunningRounder, row: dict) -> None:
-    """Round a line's cost and its components with the running total (module docstring)."""
-    parts = {
-        "held_idle_cost": row["held_idle_cost"],
-        "over_quota_cost": row["over_quota_cost"],
-        "energy_cost": row["sum_energy_cost"],
-    }
-    row.update({f"exact_{name}": part or Decimal(0) for name, part in parts.items()})
-    row["cost"] = rounder.take(row["exact_cost"], parts)
-    row.update(parts)
+def _summary_key(line: dict) -> tuple:
+    """Detail lines of one summary line: team x day x GPU model; each adjustment stays a line
+    of its own, so its label survives."""
+    adjustment = line["source_id"] if line["line_type"] == ADJUSTMENT else None
+    return (line["team_id"], line["day"], line["gpu_model__name"], adjustment)
+
+
+def _merged(lines: Iterator[dict], key, fields) -> Iterator[dict]:
+    """Consecutive lines with the same key added up (the `fields` of the first line kept)."""
+    current, current_key = None, None
+    for line in lines:
+        line_key = key(line)
+        if current is not None and line_key == current_key:
+            for name in _SUMMED:
+                current[name] += line[name] or 0
+            continue
+        if current is not None:
+            yield current
+        current, current_key = {name: line.get(name) for name in fields}, line_key
+        current.update({name: line[name] or 0 for name in _SUMMED})
+        if current.get("line_type") == USAGE:
+            current["description"] = usage_description(current)
+    if current is not None:
+        yield current
+
+
+def _round_line(rounder: RunningRounder, row: dict, labels: dict[int, str]) -> dict:
+    """Round a detail line's cost and its parts with the running total (module docstring)."""
+    stacked = {"held_idle_cost": row["held_idle_cost"], "energy_cost": row["sum_energy_cost"]}
+    overlapping = {"over_quota_cost": row["over_quota_cost"]}
+    row.update({f"exact_{name}": part or Decimal(0) for name, part in stacked.items()})
+    row["exact_over_quota_cost"] = row["over_quota_cost"] or Decimal(0)
+    row["cost"] = rounder.take_stacked(row["exact_cost"], stacked, overlapping)
+    row.update(stacked)
+    row.update(overlapping)
+    source = row["source"]
+    used = source in (ChargeSource.RESERVATION, ChargeSource.JOB)
+    # Busy: GPU time used (a booking's busy share, a job), energy and held idle apart.
+    busy = row["cost"] - row["held_idle_cost"] - row["energy_cost"]
+    row["busy_cost"] = busy if used else Decimal(0)
+    is_adjustment = source == ChargeSource.ADJUSTMENT
+    row["adjustment_cost"] = row["cost"] if is_adjustment else Decimal(0)
+    row["line_type"] = ADJUSTMENT if is_adjustment else USAGE
+    row["sub_account"] = row["team__slug"] or PLATFORM_COST_CENTER
+    row["description"] = (
+        labels.get(row["source_id"], f"Adjustment #{row['source_id']}")
+        if is_adjustment
+        else charge_description(row)
+    )
+    return row
+
+
+def adjustment_label(adjustment: Adjustment) -> str:
+    """How every export and the statement name an adjustment: the month it corrects and why."""
+    if adjustment.corrects_period_id:
+        return f"Adjustment for {adjustment.corrects_period.month:%Y-%m}: {adjustment.reason}"
+    return f"Adjustment: {adjustment.reason}"
+
+
+def adjustment_labels(period: BillingPeriod) -> dict[int, str]:
+    """{adjustment id: label} of the adjustments booked in the period."""
+    if period.pk is None:
+        return {}
+    booked = Adjustment.objects.filter(period_id=period.pk).select_related("corrects_period")
+    return {adjustment.pk: adjustment_label(adjustment) for adjustment in booked}
+
+
+def charge_description(line: dict) -> str:
+    """What a detail usage line charges for, in words."""
+    source, model = line["source"], line["gpu_model__name"]
+    if source == ChargeSource.RESERVATION:
+        return f"{model} GPU reservation #{line['source_id']}"
+    if source == ChargeSource.JOB:
+        return f"{model} GPU job #{line['source_id']}"
+    if source == ChargeSource.UNALLOCATED:
+        return f"{model} unallocated capacity"
+    return f"Adjustment #{line['source_id']}"
+
+
+def usage_description(line: dict) -> str:
+    """What a summary usage line charges for: the team's time on one GPU model that day."""
+    return f"{line['gpu_model__name'] or 'GPU'} GPU time"
 
 
 # ---- CSV / JSON ------------------------------------------------------------------------------
 
-MONEY_COLUMNS = ("cost", "held_idle_cost", "over_quota_cost", "energy_cost")
+MONEY_COLUMNS = ("cost", "busy_cost", *COMPONENTS, "adjustment_cost")
 
 
 def table_columns(level: str, *, showback: bool) -> list[str]:
-    columns = ["period", "day", "team", "cost_center", "gpu_model"]
+    columns = ["period", "day", "team", "cost_center", "line_type", "description", "gpu_model"]
     if level == DETAIL:
         columns += ["source", "source_id", "gpu_uuid", "node", "gpu_index", "over_quota"]
         columns += [] if showback else ["unit_price"]
     columns += ["gpu_hours", "busy_gpu_hours", "held_idle_gpu_hours", "over_quota_gpu_hours"]
     columns += ["energy_kwh"]
-    columns += [] if showback else ["cost", *COMPONENTS, "currency"]
+    columns += [] if showback else [*MONEY_COLUMNS, "currency"]
     return [*columns, "draft"]
 
 
@@ -229,6 +326,8 @@ def table_rows(scope: ExportScope) -> Iterator[dict]:
             "day": line["day"].isoformat(),
             "team": line["sub_account"],
             "cost_center": line["team__cost_center"] or line["sub_account"],
+            "line_type": line["line_type"],
+            "description": line["description"],
             "gpu_model": line["gpu_model__name"] or "",
             "source": line.get("source", ""),
             "source_id": line.get("source_id", ""),
@@ -242,10 +341,7 @@ def table_rows(scope: ExportScope) -> Iterator[dict]:
             "held_idle_gpu_hours": gpu_hours(line["held_idle_seconds"]),
             "over_quota_gpu_hours": gpu_hours(line["over_quota_seconds"]),
             "energy_kwh": line["sum_energy_kwh"],
-            "cost": line["cost"],
-            "held_idle_cost": line["held_idle_cost"],
-            "over_quota_cost": line["over_quota_cost"],
-            "energy_cost": line["energy_cost"],
+            **{name: line[name] for name in MONEY_COLUMNS},
             "currency": settings.BILLING_CURRENCY,
             "draft": flag(scope.draft),
         }
@@ -303,7 +399,10 @@ QUANTITY_FORMATS = {
     "over_quota_gpu_hours": HOURS_FORMAT,
     "energy_kwh": ENERGY_FORMAT,
 }
-WIDTHS = {"day": 12, "team": 18, "cost_center": 16, "gpu_model": 16, "invoice_id": 28}
+WIDTHS = {
+    "day": 12, "team": 18, "cost_center": 16, "line_type": 12, "description": 44,
+    "gpu_model": 16, "invoice_id": 28,
+}  # fmt: skip
 
 
 def money_format(currency: str) -> str:

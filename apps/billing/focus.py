@@ -12,12 +12,16 @@ share, and the share they held idle, as separate rows), jobs outside bookings, a
 platform's unallocated capacity. AllocatedMethodId names that method; AllocatedMethodDetails
 gives each row's ratio of the GPU-day's GPU-time (the ratios of one GPU-day add up to exactly 1);
 the platform's rows have no AllocatedResourceId, as the spec asks for the unallocated portion.
-Our own columns carry the `x_` prefix.
+A split row carries its share of every quantity and cost of its line (GPU-hours, kWh, energy
+cost, list cost), so a line's rows add up to it exactly. Our own columns carry the `x_` prefix;
+x_BusyCost, x_HeldIdleCost, x_OverQuotaCost and x_EnergyCost are the line's rounded parts, the
+same figures as in every other format.
 """
 
 import json
 from collections import defaultdict
 from collections.abc import Iterator
+from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime, timedelta
 from decimal import ROUND_HALF_EVEN, Decimal
 from functools import lru_cache
@@ -29,6 +33,7 @@ from django.db.models.functions import TruncDate
 from apps.billing.choices import ChargeSource
 from apps.billing.exports import (
     DETAIL,
+    QUANTITY_PLACES,
     ExportScope,
     cents,
     export_lines,
@@ -70,7 +75,8 @@ _NEW_IN_1_3 = [
 ]  # fmt: skip
 _OWN = [
     "x_BusyGpuHours", "x_IdleGpuHours", "x_EnergyKwh", "x_ReservationId", "x_JobId",
-    "x_OverQuota", "x_Draft",
+    "x_OverQuota", "x_Draft", "x_LineType", "x_BusyCost", "x_HeldIdleCost", "x_OverQuotaCost",
+    "x_EnergyCost",
 ]  # fmt: skip
 FOCUS_COLUMNS = {
     FOCUS_1_2: [*_COMMON, *_OWN],
@@ -184,7 +190,7 @@ def _base_row(context: _Context, line: dict) -> dict:
         "BillingPeriodStart": context.billing_start,
         "ChargeCategory": "Adjustment" if adjustment else "Usage",
         "ChargeClass": "Correction" if adjustment else None,
-        "ChargeDescription": _charge_description(line),
+        "ChargeDescription": line["description"],
         "ChargeFrequency": "One-Time" if adjustment else "Usage-Based",
         "ChargePeriodEnd": focus_time(min(day_start + timedelta(days=1), context.period_end)),
         "ChargePeriodStart": focus_time(day_start),
@@ -228,35 +234,95 @@ def _base_row(context: _Context, line: dict) -> dict:
         "x_JobId": line["source_id"] if source == ChargeSource.JOB else None,
         "x_OverQuota": flag(line["over_quota"]),
         "x_Draft": context.draft,
+        "x_LineType": line["line_type"],
+        "x_BusyCost": line["busy_cost"],
+        "x_HeldIdleCost": line["held_idle_cost"],
+        "x_OverQuotaCost": line["over_quota_cost"],
+        "x_EnergyCost": line["energy_cost"],
     }
 
 
 BUSY, HELD_IDLE, JOB, UNALLOCATED, NOT_SPLIT = "busy", "held-idle", "job", "unallocated", None
 
 
-def _shares(line: dict) -> list[tuple]:
-    """(share, GPU-seconds, cost) of the 1.3 rows of one line: a booking's line becomes its busy
-    and its held-idle share (costs from the line's rounded held-idle component, so the two add
-    up to the line to the cent); other lines stay whole."""
-    source, seconds, cost = line["source"], line["sum_gpu_seconds"] or 0, line["cost"]
+@dataclass(frozen=True)
+class _Share:
+    """One 1.3 row of a line: its GPU-seconds, and its part of every quantity and cost."""
+
+    name: str | None
+    seconds: int
+    quantity: Decimal
+    cost: Decimal
+    list_cost: Decimal
+    energy_kwh: Decimal
+    energy_cost: Decimal
+    busy_cost: Decimal
+    held_idle_cost: Decimal
+
+
+def _shares(line: dict) -> list[_Share]:
+    """The 1.3 rows of one line: a booking's line becomes its busy (Used) and its held-idle
+    (Unused) share; other lines stay whole. Every quantity and cost of the line is split by the
+    same ratio (the share of its GPU-time), the Unused part rounded and the Used part the rest,
+    so each share's figures add up to the line's exactly."""
+    source, seconds = line["source"], line["sum_gpu_seconds"] or 0
+    whole = _Share(
+        name=NOT_SPLIT,
+        seconds=seconds,
+        quantity=gpu_hours(seconds),
+        cost=line["cost"],
+        list_cost=_list_cost(line, gpu_hours(seconds)),
+        energy_kwh=line["sum_energy_kwh"],
+        energy_cost=line["energy_cost"],
+        busy_cost=line["busy_cost"],
+        held_idle_cost=line["held_idle_cost"],
+    )
     if source == ChargeSource.ADJUSTMENT or not line["gpu__uuid"]:
-        return [(NOT_SPLIT, seconds, cost)]
+        return [whole]
     if source == ChargeSource.UNALLOCATED:
-        return [(UNALLOCATED, seconds, cost)]
+        return [replace(whole, name=UNALLOCATED)]
     if source == ChargeSource.JOB:
-        return [(JOB, seconds, cost)]
+        return [replace(whole, name=JOB)]
     idle_seconds = _held_idle(line)
-    idle_cost = line["held_idle_cost"]
-    shares = []
-    if seconds - idle_seconds > 0 or cost - idle_cost != 0 or not idle_seconds:
-        shares.append((BUSY, seconds - idle_seconds, cost - idle_cost))
-    if idle_seconds:
-        shares.append((HELD_IDLE, idle_seconds, idle_cost))
-    return shares
+    if not idle_seconds:
+        return [replace(whole, name=BUSY)]
+    fraction = Decimal(idle_seconds) / Decimal(seconds)
+    idle_energy_cost = min(cents(whole.energy_cost * fraction), whole.energy_cost)
+    idle_quantity = gpu_hours(idle_seconds)
+    idle = _Share(
+        name=HELD_IDLE,
+        seconds=idle_seconds,
+        quantity=idle_quantity,
+        cost=whole.held_idle_cost + idle_energy_cost,
+        list_cost=_list_cost(line, idle_quantity),
+        energy_kwh=(whole.energy_kwh * fraction).quantize(QUANTITY_PLACES),
+        energy_cost=idle_energy_cost,
+        busy_cost=Decimal(0),
+        held_idle_cost=whole.held_idle_cost,
+    )
+    busy = _Share(
+        name=BUSY,
+        seconds=seconds - idle_seconds,
+        quantity=whole.quantity - idle.quantity,
+        cost=whole.cost - idle.cost,
+        list_cost=whole.list_cost - idle.list_cost,
+        energy_kwh=whole.energy_kwh - idle.energy_kwh,
+        energy_cost=whole.energy_cost - idle.energy_cost,
+        busy_cost=whole.busy_cost,
+        held_idle_cost=Decimal(0),
+    )
+    if busy.seconds > 0 or busy.cost != 0:
+        return [busy, idle]
+    return [idle]
 
 
-def _allocated_row(context: _Context, line: dict, base: dict, share: tuple) -> dict:
-    name, seconds, cost = share
+def _list_cost(line: dict, quantity: Decimal) -> Decimal:
+    if line["source"] == ChargeSource.ADJUSTMENT:
+        return line["cost"]
+    return cents(quantity * (line["unit_price"] or Decimal(0)))
+
+
+def _allocated_row(context: _Context, line: dict, base: dict, share: _Share) -> dict:
     row = dict(base)
     row.update(
         {
@@ -271,32 +337,33 @@ def _allocated_row(context: _Context, line: dict, base: dict, share: tuple) -> d
             "CapacityReservationStatus": None,
         }
     )
+    name = share.name
     if name is NOT_SPLIT:
         return row
-    quantity = gpu_hours(seconds)
-    if name == BUSY:
-        # So that a booking's two rows add up to the line's quantity exactly.
-        quantity = gpu_hours(line["sum_gpu_seconds"]) - gpu_hours(_held_idle(line))
-    unit_price = line["unit_price"] or Decimal(0)
     row.update(
         {
-            "BilledCost": cost,
-            "ContractedCost": cost,
-            "EffectiveCost": cost,
-            "ListCost": cents(quantity * unit_price),
-            "ConsumedQuantity": quantity,
-            "PricingQuantity": quantity,
+            "BilledCost": share.cost,
+            "ContractedCost": share.cost,
+            "EffectiveCost": share.cost,
+            "ListCost": share.list_cost,
+            "ConsumedQuantity": share.quantity,
+            "PricingQuantity": share.quantity,
             "ChargeDescription": _share_description(line, name),
             "AllocatedMethodId": ALLOCATION_METHOD,
             "AllocatedMethodDetails": _method_details(
-                context.ratio(line["gpu__uuid"], line["day"], seconds), quantity, name
+                context.ratio(line["gpu__uuid"], line["day"], share.seconds), share.quantity, name
             ),
+            "x_EnergyKwh": share.energy_kwh,
+            "x_EnergyCost": share.energy_cost,
+            "x_BusyCost": share.busy_cost,
+            "x_HeldIdleCost": share.held_idle_cost,
+            "x_OverQuotaCost": share.cost if line["over_quota"] else Decimal(0),
             **_allocated_to(line, name),
         }
     )
     if name in (BUSY, HELD_IDLE):
         row["x_BusyGpuHours"] = gpu_hours(line["sum_busy_seconds"]) if name == BUSY else Decimal(0)
-        row["x_IdleGpuHours"] = quantity if name == HELD_IDLE else Decimal(0)
+        row["x_IdleGpuHours"] = share.quantity if name == HELD_IDLE else Decimal(0)
         row["CapacityReservationId"] = f"reservation/{line['source_id']}"
         row["CapacityReservationStatus"] = "Unused" if name == HELD_IDLE else "Used"
     return row
@@ -330,19 +397,8 @@ def _allocated_to(line: dict, share: str) -> dict:
     }
 
 
-def _charge_description(line: dict) -> str:
-    source, model = line["source"], line["gpu_model__name"]
-    if source == ChargeSource.RESERVATION:
-        return f"{model} GPU reservation #{line['source_id']}"
-    if source == ChargeSource.JOB:
-        return f"{model} GPU job #{line['source_id']}"
-    if source == ChargeSource.UNALLOCATED:
-        return f"{model} unallocated capacity"
-    return f"Adjustment #{line['source_id']}"
-
-
 def _share_description(line: dict, share: str) -> str:
-    text = _charge_description(line)
+    text = line["description"]
     if share == BUSY:
         return f"{text}, busy share"
     if share == HELD_IDLE:

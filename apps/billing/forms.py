@@ -37,3 +37,9 @@ class AdjustmentForm(forms.Form):
     team = forms.ModelChoiceField(Team.objects.filter(is_active=True), to_field_name="slug")
     amount = forms.DecimalField(max_digits=14, decimal_places=2, help_text="Negative: a credit.")
     reason = forms.CharField(max_length=2000)
+    corrects_period = forms.RegexField(
+        r"^\d{4}-\d{2}$",
+        required=False,
+        help_text="YYYY-MM: the month this adjustment corrects (default: the month shown).",
+        error_messages={"invalid": "Give the month it corrects as YYYY-MM, e.g. 2026-10."},
+    )

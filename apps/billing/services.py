@@ -248,6 +248,15 @@ def adjustment_create(
     period = period or period_get_or_create(month_start(now))
     period = BillingPeriod.objects.select_for_update().get(pk=period.pk)
     _require_open(period, "booking an adjustment in it")
+    if corrects_period is not None and corrects_period.month > period.month:
+        raise ValidationError(
+            {
+                "corrects_period": (
+                    f"An adjustment booked in {period} corrects {period} or an earlier month, "
+                    f"not {corrects_period}."
+                )
+            }
+        )
     if corrects_entry is not None and corrects_entry.team_id not in (None, team.pk):
         raise ValidationError({"corrects_entry": "That entry belongs to another team."})
     adjustment = Adjustment.objects.create(
@@ -275,7 +284,13 @@ def adjustment_create(
         actor=actor,
         action="adjustment.create",
         target=adjustment,
-        after={"team": team.slug, "amount": str(amount), "period": str(period), "reason": reason},
+        after={
+            "team": team.slug,
+            "amount": str(amount),
+            "period": str(period),
+            "corrects_period": str(adjustment.corrects_period or ""),
+            "reason": reason,
+        },
     )
     return adjustment
 

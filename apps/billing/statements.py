@@ -29,6 +29,7 @@ class StatementLine:
     held_idle_seconds: int = 0
     over_quota_seconds: int = 0
     cost: Decimal = Decimal(0)
+    busy_cost: Decimal = Decimal(0)
     held_idle_cost: Decimal = Decimal(0)
     over_quota_cost: Decimal = Decimal(0)
     energy_cost: Decimal = Decimal(0)
@@ -56,6 +57,7 @@ class StatementAdjustment:
     amount: Decimal
     reason: str = ""
     corrects: str = ""
+    label: str = ""
 
 
 @dataclass
@@ -98,6 +100,10 @@ class Statement:
     @property
     def over_quota_gpu_hours(self) -> Decimal:
         return sum((line.over_quota_gpu_hours for line in self.lines), Decimal(0))
+
+    @property
+    def busy_cost(self) -> Decimal:
+        return sum((line.busy_cost for line in self.lines), Decimal(0))
 
     @property
     def held_idle_cost(self) -> Decimal:
@@ -144,12 +150,14 @@ def _build(period: BillingPeriod, teams: list, *, team_id: int | None) -> list[S
         return list(by_team.values())
     groups: dict[tuple, StatementLine] = {}
     adjustment_amounts: dict[tuple, Decimal] = {}
+    labels: dict[int, str] = {}
     for line in export_lines(ExportScope(period, team_id, DETAIL)):
         if line["team_id"] not in by_team:
             continue
         if line["source"] == ChargeSource.ADJUSTMENT:
             key = (line["team_id"], line["source_id"])
             adjustment_amounts[key] = adjustment_amounts.get(key, Decimal(0)) + line["cost"]
+            labels[line["source_id"]] = line["description"]
             continue
         key = (line["team_id"], line["gpu_model__name"] or "", line["source"])
         group = groups.setdefault(key, StatementLine(gpu_model=key[1], source=key[2]))
@@ -157,19 +165,22 @@ def _build(period: BillingPeriod, teams: list, *, team_id: int | None) -> list[S
         group.held_idle_seconds += line["held_idle_seconds"] or 0
         group.over_quota_seconds += line["over_quota_seconds"] or 0
         group.cost += line["cost"]
+        group.busy_cost += line["busy_cost"]
         group.held_idle_cost += line["held_idle_cost"]
         group.over_quota_cost += line["over_quota_cost"]
         group.energy_cost += line["energy_cost"]
     for (owner, _, _), group in sorted(groups.items(), key=lambda item: item[0][1:]):
         by_team[owner].lines.append(group)
-    _attach_adjustments(by_team, adjustment_amounts)
+    _attach_adjustments(by_team, adjustment_amounts, labels)
     budgets = Budget.objects.filter(period_id=period.pk, team_id__in=list(by_team))
     for budget in budgets:
         by_team[budget.team_id].budget = budget
     return list(by_team.values())
 
 
-def _attach_adjustments(by_team: dict, amounts: dict[tuple, Decimal]) -> None:
+def _attach_adjustments(
+    by_team: dict, amounts: dict[tuple, Decimal], labels: dict[int, str]
+) -> None:
     details = Adjustment.objects.filter(pk__in=[pk for _, pk in amounts]).select_related(
         "corrects_period"
     )
@@ -182,6 +193,7 @@ def _attach_adjustments(by_team: dict, amounts: dict[tuple, Decimal]) -> None:
                 amount=amount,
                 reason=adjustment.reason if adjustment else "",
                 corrects=str(adjustment.corrects_period or "") if adjustment else "",
+                label=labels.get(pk, ""),
             )
         )
 

@@ -57,7 +57,7 @@ def chargeback_view(request):
                     team=data["team"],
                     amount=data["amount"],
                     reason=data["reason"],
-                    corrects_period=period,
+                    corrects_period=_corrected_period(data["corrects_period"], default=period),
                 )
                 messages.success(request, f"Adjustment of {data['amount']} booked.")
                 return redirect(f"{request.path}?period={period.month:%Y-%m}")
@@ -81,12 +81,30 @@ def chargeback_view(request):
             "grand_hours": sum((t["gpu_hours"] for t in totals), start=0),
             "formats": ExportFormat.choices,
             "adjustment_form": adjustment_form,
-            "adjustments": Adjustment.objects.filter(period_id=period.pk).select_related("team"),
+            "adjustments": Adjustment.objects.filter(period_id=period.pk).select_related(
+                "team", "corrects_period"
+            ),
+            "period_text": f"{period.month:%Y-%m}",
             "showback": is_showback(),
             "currency": settings.BILLING_CURRENCY,
             "can_close": not period.is_closed and timezone.now() >= _period_end(period),
         },
     )
+
+
+def _corrected_period(text: str, *, default: BillingPeriod) -> BillingPeriod:
+    """The month an adjustment corrects, from the form's YYYY-MM (default: the month shown);
+    a month with no charges has nothing to correct."""
+    if not text:
+        return default
+    try:
+        month = parse_period(text, now=timezone.now())
+    except ApplicationError as refusal:
+        raise ValidationError({"corrects_period": refusal.message}) from None
+    corrected = selectors.period_for_month(month)
+    if corrected is None:
+        raise ValidationError({"corrects_period": f"{text} has no charges to correct."})
+    return corrected
 
 
 def _period_end(period):

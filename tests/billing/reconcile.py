@@ -79,6 +79,164 @@ def drift(period) -> dict[str, dict[str, str]]:
     return found
 
 
+PARTS = ("busy_cost", "held_idle_cost", "over_quota_cost", "energy_cost", "adjustment_cost")
+FOCUS_PARTS = {
+    "busy_cost": "x_BusyCost",
+    "held_idle_cost": "x_HeldIdleCost",
+    "over_quota_cost": "x_OverQuotaCost",
+    "energy_cost": "x_EnergyCost",
+}
+STATEMENT_PARTS = {
+    "busy_cost": "busy-share",
+    "held_idle_cost": "idle-share",
+    "over_quota_cost": "over-quota-share",
+    "energy_cost": "energy-share",
+    "adjustment_cost": "adjustments-total",
+}
+AMOUNT = r"(-?[\d,]+\.\d{2})"
+
+
+def _add_parts(found: dict, team: str, values: dict) -> None:
+    team_parts = found.setdefault(team, {})
+    for name, value in values.items():
+        team_parts[name] = team_parts.get(name, Decimal(0)) + Decimal(str(value or 0))
+
+
+def _table_parts(rows) -> dict:
+    found: dict = {}
+    for row in rows:
+        _add_parts(found, row["team"], {name: row[name] for name in PARTS})
+        _add_parts(found, row["team"], {"energy_kwh": row["energy_kwh"]})
+    return found
+
+
+def _focus_parts(rows) -> dict:
+    found: dict = {}
+    for row in rows:
+        values = {name: row[column] for name, column in FOCUS_PARTS.items()}
+        adjustment = row["ChargeCategory"] == "Adjustment"
+        values["adjustment_cost"] = row["BilledCost"] if adjustment else 0
+        values["energy_kwh"] = row["x_EnergyKwh"]
+        _add_parts(found, row["SubAccountId"], values)
+    return found
+
+
+def _amount(text: str) -> Decimal:
+    return Decimal(text.replace(",", ""))
+
+
+def _statement_html_parts(html: str) -> dict:
+    """The parts a statement shows (page or file), read from the HTML a person sees."""
+    import re
+
+    values = {}
+    for name, testid in STATEMENT_PARTS.items():
+        match = re.search(rf'data-testid="{testid}">{AMOUNT}', html)
+        assert match, f"{testid} missing from the statement"
+        values[name] = _amount(match.group(1))
+    return values
+
+
+def page_html_parts(html: str) -> dict:
+    """{team: {part: amount}} read from the chargeback page's HTML."""
+    import re
+
+    found = {}
+    for row in re.finditer(r'<tr data-team="([^"]+)">(.*?)</tr>', html, re.S):
+        cells = dict(re.findall(rf'data-part="(\w+)">{AMOUNT}', row.group(2)))
+        found[row.group(1)] = {name: _amount(cells[name]) for name in PARTS}
+    return found
+
+
+def format_parts(period, client=None) -> dict[str, dict[str, dict[str, Decimal]]]:
+    """{output: {team: {part: amount}}} of the ten outputs: the page, CSV and JSON at both
+    levels, XLSX, FOCUS 1.2 and 1.3, and the statements (page and ZIP, read from their HTML;
+    teams only). With a `client` (a finance user's), the page and statements are fetched over
+    HTTP as a person gets them; otherwise built from the same code without the web layer."""
+    import zipfile
+
+    from django.template.loader import render_to_string
+    from openpyxl import load_workbook
+
+    from apps.billing import exports, focus, statements
+
+    month = f"{period.month:%Y-%m}"
+    result = {}
+    for level in (exports.SUMMARY, exports.DETAIL):
+        scope = exports.ExportScope(period, None, level)
+        header = exports.table_columns(level, showback=False)
+        text = "".join(exports.csv_chunks(header, exports.table_rows(scope)))
+        result[f"csv-{level}"] = _table_parts(csv.DictReader(io.StringIO(text)))
+        document = json.loads("".join(exports.json_chunks(scope, exports.table_rows(scope))))
+        result[f"json-{level}"] = _table_parts(document["rows"])
+    scope = exports.ExportScope(period)
+    for version in focus.FOCUS_VERSIONS:
+        columns = focus.focus_columns(version)
+        text = "".join(exports.csv_chunks(columns, focus.focus_rows(scope, version)))
+        result[f"focus-{version}"] = _focus_parts(csv.DictReader(io.StringIO(text)))
+    with tempfile.NamedTemporaryFile(suffix=".xlsx") as handle:
+        exports.write_xlsx(scope, handle.name)
+        detail = list(load_workbook(handle.name)["Detail"].iter_rows(values_only=True))
+    header = detail[0]
+    result["xlsx"] = _table_parts(dict(zip(header, row, strict=True)) for row in detail[1:-1])
+    teams = [s.team for s in statements.team_statements(period)]
+    if client is not None:
+        result["page"] = page_html_parts(client.get(f"/billing/?period={month}").content.decode())
+        pages = {
+            team.slug: client.get(f"/billing/statements/{month}/{team.slug}/").content.decode()
+            for team in teams
+        }
+        zipped = client.get(f"/billing/statements/{month}.zip").content
+        archive = zipfile.ZipFile(io.BytesIO(zipped))
+    else:
+        result["page"] = {
+            row["sub_account"]: {name: row[name] for name in PARTS}
+            for row in exports.team_totals(period)
+        }
+        pages = {
+            team.slug: render_to_string("billing/_statement_body.html", {"statement": s})
+            for team, s in ((s.team, s) for s in statements.team_statements(period))
+        }
+
+        def render(statement):
+            return render_to_string("billing/statement_file.html", {"statement": statement})
+
+        archive = zipfile.ZipFile(io.BytesIO(statements.statements_zip(period, render)))
+    result["statement"] = {slug: _statement_html_parts(html) for slug, html in pages.items()}
+    result["statement-zip"] = {
+        name.split(f"statement-{month}-")[1].removesuffix("-draft.html").removesuffix(".html"): (
+            _statement_html_parts(archive.read(name).decode())
+        )
+        for name in archive.namelist()
+    }
+    return result
+
+
+def part_drift(period, client=None) -> dict[str, list[str]]:
+    """{output: [team part: value vs the page's]} wherever an output's part differs from the
+    chargeback page's (empty: every part agrees in all ten outputs). Energy in kWh is compared
+    across the files that carry it."""
+    outputs = format_parts(period, client)
+    page = outputs.pop("page")
+    reference_kwh = outputs["csv-detail"]
+    found = {}
+    for name, by_team in outputs.items():
+        teams = set(page) - {"platform"} if name.startswith("statement") else set(page)
+        off = []
+        for team in sorted(teams | set(by_team)):
+            seen, expected = by_team.get(team, {}), page.get(team, {})
+            for part in PARTS:
+                if seen.get(part, Decimal(0)) != expected.get(part, Decimal(0)):
+                    off.append(f"{team} {part}: {seen.get(part)} vs {expected.get(part)}")
+            if "energy_kwh" in seen:
+                kwh = reference_kwh.get(team, {}).get("energy_kwh", Decimal(0))
+                if seen["energy_kwh"] != kwh:
+                    off.append(f"{team} energy_kwh: {seen['energy_kwh']} vs {kwh}")
+        if off:
+            found[name] = off
+    return found
+
+
 def component_violations(period) -> list[str]:
     """Lines (page rows and export lines of both levels) where rounding put a component below
     zero or above the line's cost. (A team's row on the page can have a held-idle cost above

@@ -25,6 +25,12 @@ def main() -> None:
 
     call_command("migrate", verbosity=0)
     call_command("seed_demo", stdout=open(os.devnull, "w"))  # noqa: SIM115
+    from django.test import Client
+
+    from apps.teams.models import User
+
+    admin = Client(HTTP_HOST="localhost")
+    admin.force_login(User.objects.get(username="admin"))
     demo = {}
     for period in BillingPeriod.objects.order_by("month"):
         page = reconcile.page_totals(period)
@@ -32,6 +38,7 @@ def main() -> None:
             "page": {team: str(cost) for team, cost in page.items()},
             "drift": reconcile.drift(period),
             "components": reconcile.component_violations(period),
+            "parts": reconcile.part_drift(period, admin),
             "usage": demo_usage(period),
         }
 
@@ -49,6 +56,7 @@ def main() -> None:
                     "teams": len(reconcile.page_totals(period)),
                     "drift": reconcile.drift(period),
                     "components": reconcile.component_violations(period),
+                    "parts": reconcile.part_drift(period),
                 }
             )
             transaction.set_rollback(True)

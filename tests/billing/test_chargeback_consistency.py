@@ -86,6 +86,7 @@ def test_demo_and_random_months_match_the_page_on_sqlite(tmp_path, monkeypatch):
     for month, report in outcome["demo"].items():
         assert report["drift"] == {}, month
         assert report["components"] == [], month
+        assert report["parts"] == {}, month  # every part agrees in all ten outputs
         # The demo's charges carry its telemetry: booked teams were busy and used energy.
         teams = {t: u for t, u in report["usage"].items() if t != "platform"}
         assert teams, month
@@ -98,3 +99,52 @@ def test_demo_and_random_months_match_the_page_on_sqlite(tmp_path, monkeypatch):
     assert len(outcome["random"]) == 8
     for month in outcome["random"]:
         assert month["drift"] == {} and month["components"] == [], month["seed"]
+        assert month["parts"] == {}, month["seed"]
+
+
+def _logged_in(user):
+    from django.test import Client
+
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def _finance_client():
+    from apps.teams.choices import GlobalRole
+    from apps.teams.models import User
+
+    return _logged_in(User.objects.filter(global_role=GlobalRole.FINANCE).first())
+
+
+@pytest.mark.django_db
+@settings(
+    max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(st.integers(min_value=0, max_value=2**31))
+def test_every_part_of_random_months_agrees_in_all_ten_outputs(seed):
+    """Busy, held idle, over quota, energy and adjustments per team read the same on the page,
+    in CSV and JSON (both levels), XLSX, FOCUS 1.2 and 1.3 and the statements (page and ZIP,
+    as their HTML shows them); energy in kWh too, wherever a file carries it."""
+    with transaction.atomic():
+        period = reconcile.build_random_month(seed)
+        outputs = reconcile.format_parts(period, _finance_client())
+        assert set(outputs) == {
+            "page", "csv-summary", "csv-detail", "json-summary", "json-detail", "xlsx",
+            "focus-1.2", "focus-1.3", "statement", "statement-zip",
+        }  # fmt: skip
+        page = outputs["page"]
+        assert any(parts["held_idle_cost"] > 0 for parts in page.values())
+        assert any(parts["adjustment_cost"] < 0 for parts in page.values())  # the credit
+        assert reconcile.part_drift(period, _finance_client()) == {}
+        transaction.set_rollback(True)
+
+
+@pytest.mark.django_db
+def test_every_part_of_the_demo_months_agrees_in_all_ten_outputs():
+    call_command("seed_demo", stdout=open("/dev/null", "w"))  # noqa: SIM115
+    from apps.teams.models import User
+
+    admin = _logged_in(User.objects.get(username="admin"))
+    for period in BillingPeriod.objects.all():
+        assert reconcile.part_drift(period, admin) == {}, period

@@ -266,8 +266,52 @@ def test_a_bookings_busy_and_idle_rows_add_up_to_its_1_2_line(random_month):
         return dict(sums)
 
     assert len(new) > len(old)  # bookings held partly idle became two rows
-    for column in ("BilledCost", "EffectiveCost", "ConsumedQuantity", "x_IdleGpuHours"):
+    for column in SPLIT_COLUMNS:
         assert by_line(new, column) == by_line(old, column), column
+
+
+SPLIT_COLUMNS = (
+    "BilledCost", "EffectiveCost", "ContractedCost", "ListCost", "ConsumedQuantity",
+    "PricingQuantity", "x_BusyGpuHours", "x_IdleGpuHours", "x_EnergyKwh", "x_EnergyCost",
+    "x_BusyCost", "x_HeldIdleCost", "x_OverQuotaCost",
+)  # fmt: skip
+
+
+def test_split_rows_split_every_quantity_by_the_same_ratio(random_month):
+    """A booking GPU-day's Used and Unused rows each carry their share of the energy (kWh and
+    its cost), not the whole of it: the shares follow the GPU-time split and sum to the
+    origin, so a team's kWh in 1.3 is the kWh of every other format."""
+    old = {
+        (r["ResourceId"], r["ChargePeriodStart"], r["x_ReservationId"]): r
+        for r in read_focus(random_month, focus.FOCUS_1_2)
+        if r["x_ReservationId"]
+    }
+    split = defaultdict(list)
+    for row in read_focus(random_month, focus.FOCUS_1_3):
+        if row["CapacityReservationStatus"]:
+            split[(row["ResourceId"], row["ChargePeriodStart"], row["x_ReservationId"])].append(row)
+    pairs = [rows for rows in split.values() if len(rows) == 2]
+    assert any(Decimal(o["x_EnergyKwh"]) > 0 for rows in pairs for o in rows)
+    for key, rows in split.items():
+        origin = old[key]
+        for column in SPLIT_COLUMNS:
+            total = sum(Decimal(r[column] or 0) for r in rows)
+            assert total == Decimal(origin[column] or 0), (key, column)
+        if len(rows) < 2:
+            continue
+        unused = next(r for r in rows if r["CapacityReservationStatus"] == "Unused")
+        origin_kwh = Decimal(origin["x_EnergyKwh"])
+        share = Decimal(unused["ConsumedQuantity"]) / Decimal(origin["ConsumedQuantity"])
+        assert abs(Decimal(unused["x_EnergyKwh"]) - origin_kwh * share) <= Decimal("0.00001")
+        assert Decimal(unused["BilledCost"]) == Decimal(unused["x_HeldIdleCost"]) + Decimal(
+            unused["x_EnergyCost"]
+        )
+
+
+def test_adjustments_are_labelled_in_focus(random_month):
+    rows = [r for r in read_focus(random_month, focus.FOCUS_1_3) if r["x_LineType"] == "adjustment"]
+    assert rows and all(r["ChargeCategory"] == "Adjustment" for r in rows)
+    assert all(r["ChargeDescription"].startswith("Adjustment") for r in rows)
 
 
 def test_team_filtered_focus_export_matches_the_full_one(random_month):

@@ -14,6 +14,7 @@ from decimal import ROUND_HALF_EVEN, Decimal
 import openpyxl
 import pytest
 from django.db.models import Sum
+from openpyxl.utils import get_column_letter
 
 from apps.billing.choices import ChargeSource
 from apps.billing.metering import meter_interval
@@ -172,7 +173,8 @@ def test_everything_reconciles_to_the_cent(month, finance_user, team, other_team
     detail = list(workbook["Detail"].iter_rows(values_only=True))
     cost_column = detail[0].index("cost")
     assert detail[-1][0] == "Total"  # the totals row holds SUM formulas
-    assert detail[-1][cost_column] == f"=SUM(K2:K{len(detail) - 1})"
+    letter = get_column_letter(cost_column + 1)
+    assert detail[-1][cost_column] == f"=SUM({letter}2:{letter}{len(detail) - 1})"
     xlsx_total = sum(Decimal(str(row[cost_column])) for row in detail[1:-1])
     assert xlsx_total == ledger_cents
     summary_rows = list(workbook["Summary"].iter_rows(values_only=True))

@@ -53,7 +53,8 @@ def test_detail_sheet_is_laid_out_for_finance(month, finance_user):
     summed = [name for name in header if str(totals[column[name]].value).startswith("=SUM(")]
     assert set(summed) == {
         "gpu_hours", "busy_gpu_hours", "held_idle_gpu_hours", "over_quota_gpu_hours",
-        "energy_kwh", "cost", "held_idle_cost", "over_quota_cost", "energy_cost",
+        "energy_kwh", "cost", "busy_cost", "held_idle_cost", "over_quota_cost", "energy_cost",
+        "adjustment_cost",
     }  # fmt: skip
     # what the SUM will show equals the page's total to the cent
     values = sum(Decimal(str(row[column["cost"]].value)) for row in data)
