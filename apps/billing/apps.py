@@ -7,8 +7,11 @@ class BillingConfig(AppConfig):
     verbose_name = "Billing and chargeback"
 
     def ready(self) -> None:
+        from apps.billing.member_costs import member_costs_hook
         from apps.billing.selectors import price_gpu_hours
         from portal import hooks
 
         # The what-if page (jobs) prices replayed GPU-hours with the rate cards.
         hooks.subscribe("gpu_hours.price", price_gpu_hours)
+        # The team page (teams) shows the team's cost by member this month.
+        hooks.subscribe("teams.member_costs", member_costs_hook)

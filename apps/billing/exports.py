@@ -15,8 +15,9 @@ exact totals. The parts come from the same running total: held idle and energy l
 side inside the line, each rounded as round(total before it + part) minus round(total before
 it), so they never exceed the line and the busy part (what is left of a booking's or job's
 line) is never negative; over quota overlaps them and is rounded on its own the same way. An
-adjustment is a line of its own, labelled with the month it corrects. Exact totals come from the database with `ExactSum`, so both databases (PostgreSQL,
-and SQLite, which keeps decimals as floats) give the same cents.
+adjustment is a line of its own, labelled with the month it corrects. Exact totals come from
+the database with `ExactSum`, so both databases (PostgreSQL, and SQLite, which keeps decimals
+as floats) give the same cents.
 
 Exports stream: rows come from the database in chunks and leave as they are written, so memory
 stays bounded whatever the period's size (XLSX is written in openpyxl's write-only mode to a

@@ -1,6 +1,6 @@
 """Reads for prices, the ledger, budgets and periods."""
 
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from decimal import Decimal
 
 from django.db.models import Q, QuerySet
@@ -8,7 +8,7 @@ from django.db.models import Q, QuerySet
 from apps.billing.choices import ChargeSource
 from apps.billing.models import BillingPeriod, Budget, BudgetAlert, LedgerEntry, RateCard
 from apps.billing.money import ExactSum
-from apps.billing.periods import month_bounds
+from apps.billing.periods import add_months, month_bounds
 from apps.reservations.models import ReservationGpu
 
 
@@ -215,3 +215,45 @@ def cost_by_source(*, source: str, ids) -> dict[int, Decimal]:
         .order_by()
     )
     return {row["source_id"]: row["total"] or Decimal(0) for row in rows}
+
+
+def team_totals_with_previous_month(period: BillingPeriod) -> tuple[list[dict], date]:
+    """The chargeback page's team rows (`exports.team_totals`), each with the team's total of
+    the month before, the change and the change in percent (None where the team had no cost
+    then), and rows for teams charged only the month before; and that month."""
+    from apps.billing.exports import team_totals
+
+    previous_month = add_months(period.month, -1)
+    previous_period = period_for_month(previous_month)
+    rows = team_totals(period) if period.pk else []
+    before = (
+        {row["sub_account"]: row for row in team_totals(previous_period)} if previous_period else {}
+    )
+    for row in rows:
+        earlier = before.pop(row["sub_account"], None)
+        _compare(row, earlier["cost"] if earlier else None)
+    for gone in before.values():  # charged last month, nothing this month
+        row = {
+            "team_id": gone["team_id"], "sub_account": gone["sub_account"], "cost": Decimal(0),
+            "gpu_hours": Decimal(0), "busy_gpu_hours": Decimal(0),
+            "held_idle_gpu_hours": Decimal(0), "busy_cost": Decimal(0),
+            "held_idle_cost": Decimal(0), "over_quota_cost": Decimal(0),
+            "energy_cost": Decimal(0), "adjustment_cost": Decimal(0),
+        }  # fmt: skip
+        _compare(row, gone["cost"])
+        rows.append(row)
+    return rows, previous_month
+
+
+def _compare(row: dict, previous: Decimal | None) -> None:
+    row["previous_cost"] = previous
+    row["change"] = row["cost"] - (previous or Decimal(0))
+    row["change_percent"] = change_percent(row["cost"], previous)
+
+
+def change_percent(now: Decimal, before: Decimal | None) -> Decimal | None:
+    """Change from `before` to `now` in percent of `before` (one decimal); None without a
+    figure to compare with (nothing, or zero, before)."""
+    if not before:
+        return None
+    return ((now - before) * 100 / abs(before)).quantize(Decimal("0.1"))

@@ -13,4 +13,9 @@ urlpatterns = [
     path("cost/", views.cost_dashboard_view, name="cost"),
     path("statements/<str:period>.zip", views.statements_zip_view, name="statements-zip"),
     path("statements/<str:period>/<slug:team>/", views.statement_view, name="statement"),
+    path(
+        "members/<str:period>/<slug:team>.csv",
+        views.member_costs_csv_view,
+        name="member-costs-csv",
+    ),
 ]

@@ -1,3 +1,5 @@
+from decimal import Decimal
+
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -7,7 +9,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.template.loader import render_to_string
 from django.utils import timezone
 
-from apps.billing import exports, figures, selectors, services, statements
+from apps.billing import exports, figures, member_costs, selectors, services, statements
 from apps.billing.choices import ExportFormat, is_showback
 from apps.billing.forms import AdjustmentForm, BudgetForm, RateCardEndForm, RateCardForm
 from apps.billing.models import Adjustment, BillingPeriod, RateCard
@@ -64,9 +66,11 @@ def chargeback_view(request):
         except (ApplicationError, ValidationError) as refusal:
             show_on_form(adjustment_form, refusal)
     team_slug = request.GET.get("team", "")
-    totals = exports.team_totals(period)
+    totals, previous_month = selectors.team_totals_with_previous_month(period)
     if team_slug:
         totals = [t for t in totals if t["sub_account"] == team_slug]
+    grand_total = sum((t["cost"] for t in totals), start=Decimal(0))
+    grand_previous = sum((t["previous_cost"] or 0 for t in totals), start=Decimal(0))
     return render(
         request,
         "billing/chargeback.html",
@@ -77,8 +81,12 @@ def chargeback_view(request):
             "all_teams": Team.objects.order_by("slug"),
             "team_slug": team_slug,
             "totals": totals,
-            "grand_total": sum((t["cost"] for t in totals), start=0),
+            "grand_total": grand_total,
             "grand_hours": sum((t["gpu_hours"] for t in totals), start=0),
+            "previous_month": previous_month,
+            "grand_previous": grand_previous,
+            "grand_change": grand_total - grand_previous,
+            "grand_change_percent": selectors.change_percent(grand_total, grand_previous),
             "formats": ExportFormat.choices,
             "adjustment_form": adjustment_form,
             "adjustments": Adjustment.objects.filter(period_id=period.pk).select_related(
@@ -306,4 +314,22 @@ def statements_zip_view(request, period: str):
     )
     response = HttpResponse(content, content_type="application/zip")
     response["Content-Disposition"] = f'attachment; filename="{name}.zip"'
+    return response
+
+
+@login_required
+def member_costs_csv_view(request, period: str, team: str):
+    """A team's cost by member for a month (CSV): team admins, finance and platform admins."""
+    chosen_team = _statement_team(request.user, team)
+    try:
+        month = parse_period(period, now=timezone.now())
+    except ApplicationError as refusal:
+        return HttpResponse(refusal.message, status=400, content_type="text/plain")
+    chosen_period = selectors.period_for_month(month) or BillingPeriod(month=month)
+    header, rows = member_costs.member_cost_rows(chosen_period, chosen_team, showback=is_showback())
+    text = "".join(exports.csv_chunks(header, iter(rows)))
+    response = HttpResponse(text, content_type="text/csv")
+    draft = "" if chosen_period.is_closed else "-draft"
+    name = f"member-costs-{chosen_period.month:%Y-%m}-{chosen_team.slug}{draft}.csv"
+    response["Content-Disposition"] = f'attachment; filename="{name}"'
     return response

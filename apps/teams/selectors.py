@@ -111,3 +111,22 @@ def member_figures(*, team: Team, viewer) -> dict[int, dict]:
     ):
         return figures
     return {viewer.pk: figures[viewer.pk]} if viewer.pk in figures else {}
+
+
+def member_costs(*, team: Team, viewer, month_text: str | None = None) -> dict | None:
+    """The team's cost by member this month, from whoever answers the `teams.member_costs`
+    hook (billing), or None when nothing does. Team admins, finance and platform admins see
+    every member, the team's adjustments and its total; a member sees their own row. The
+    month is YYYY-MM text the answering app reads (default: this month)."""
+    answers = hooks.emit("teams.member_costs", team=team, month_text=month_text)
+    answers = [answer for answer in answers if answer]
+    if not answers:
+        return None
+    table = answers[0]
+    if (
+        viewer.sees_all_teams
+        or Membership.objects.filter(team=team, user=viewer, role=TeamRole.TEAM_ADMIN).exists()
+    ):
+        return {**table, "sees_all": True}
+    own = [row for row in table["rows"] if row["user_id"] == viewer.pk]
+    return {**table, "rows": own, "sees_all": False}

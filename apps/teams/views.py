@@ -50,6 +50,9 @@ def team_detail_view(request, slug: str):
             "team": team,
             "members": selectors.team_members(team=team),
             "member_figures": _member_figure_rows(team, request.user),
+            "member_costs": selectors.member_costs(
+                team=team, viewer=request.user, month_text=request.GET.get("cost_period")
+            ),
             "efficiency_days": getattr(settings, "EFFICIENCY_WINDOW_DAYS", 30),
             "can_manage": can_manage,
             "form": form,

@@ -237,6 +237,21 @@ def part_drift(period, client=None) -> dict[str, list[str]]:
     return found
 
 
+def member_drift(period) -> dict[str, str]:
+    """{team: members + adjustments - page} for every team where the cost by member does not
+    add up to the team's total on the chargeback page (empty: all do)."""
+    from apps.billing.member_costs import team_member_costs
+    from apps.teams.models import Team
+
+    page = page_totals(period)
+    found = {}
+    for team in Team.objects.filter(slug__in=set(page) - {"platform"}):
+        total = team_member_costs(period, team).total
+        if total != page[team.slug]:
+            found[team.slug] = str(total - page[team.slug])
+    return found
+
+
 def component_violations(period) -> list[str]:
     """Lines (page rows and export lines of both levels) where rounding put a component below
     zero or above the line's cost. (A team's row on the page can have a held-idle cost above

@@ -39,10 +39,18 @@ def main() -> None:
             "drift": reconcile.drift(period),
             "components": reconcile.component_violations(period),
             "parts": reconcile.part_drift(period, admin),
+            "members": reconcile.member_drift(period),
             "usage": demo_usage(period),
         }
 
     downloads = demo_downloads()
+    team_page = admin.get("/teams/nlp/")
+    pages = {
+        "team": {
+            "status": team_page.status_code,
+            "member_costs": 'data-testid="member-costs-total"' in team_page.content.decode(),
+        }
+    }
     random_months = []
 
     @settings(max_examples=int(os.environ.get("RANDOM_MONTHS", "12")), deadline=None, database=None)
@@ -57,6 +65,7 @@ def main() -> None:
                     "drift": reconcile.drift(period),
                     "components": reconcile.component_violations(period),
                     "parts": reconcile.part_drift(period),
+                    "members": reconcile.member_drift(period),
                 }
             )
             transaction.set_rollback(True)
@@ -68,6 +77,7 @@ def main() -> None:
                 "vendor": connection.vendor,
                 "demo": demo,
                 "downloads": downloads,
+                "pages": pages,
                 "random": random_months,
             }
         )

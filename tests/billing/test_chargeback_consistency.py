@@ -87,6 +87,7 @@ def test_demo_and_random_months_match_the_page_on_sqlite(tmp_path, monkeypatch):
         assert report["drift"] == {}, month
         assert report["components"] == [], month
         assert report["parts"] == {}, month  # every part agrees in all ten outputs
+        assert report["members"] == {}, month  # cost by member adds up to each team's total
         # The demo's charges carry its telemetry: booked teams were busy and used energy.
         teams = {t: u for t, u in report["usage"].items() if t != "platform"}
         assert teams, month
@@ -96,10 +97,11 @@ def test_demo_and_random_months_match_the_page_on_sqlite(tmp_path, monkeypatch):
             assert Decimal(usage["energy_kwh"]) > 0, (month, team)
     assert set(outcome["downloads"]) >= {"chargeback-xlsx", "statements-zip", "jobs-nlp-csv"}
     assert downloads.problems(outcome["downloads"]) == []
+    assert outcome["pages"]["team"] == {"status": 200, "member_costs": True}
     assert len(outcome["random"]) == 8
     for month in outcome["random"]:
         assert month["drift"] == {} and month["components"] == [], month["seed"]
-        assert month["parts"] == {}, month["seed"]
+        assert month["parts"] == {} and month["members"] == {}, month["seed"]
 
 
 def _logged_in(user):
@@ -148,3 +150,4 @@ def test_every_part_of_the_demo_months_agrees_in_all_ten_outputs():
     admin = _logged_in(User.objects.get(username="admin"))
     for period in BillingPeriod.objects.all():
         assert reconcile.part_drift(period, admin) == {}, period
+        assert reconcile.member_drift(period) == {}, period
