@@ -44,6 +44,33 @@ def test_rounded_components_never_exceed_their_line(lines):
     assert rounded_total == cents(exact_total)  # the parts do not disturb the running total
 
 
+@given(
+    st.lists(
+        st.tuples(
+            st.decimals(min_value=Decimal(0), max_value=Decimal("500"), places=10),
+            st.floats(min_value=0, max_value=1),
+            st.floats(min_value=0, max_value=1),
+        ),
+        min_size=1,
+        max_size=60,
+    )
+)
+def test_stacked_parts_fit_their_line_and_leave_a_busy_part(lines):
+    """Held idle and energy, rounded side by side, never exceed the line together, so the busy
+    part (the rest) is never negative; the running total stays exact."""
+    rounder, exact_total, rounded_total = RunningRounder(), Decimal(0), Decimal(0)
+    for amount, idle_share, energy_share in lines:
+        idle = (amount * Decimal(idle_share)).quantize(Decimal("1e-10"))
+        energy = ((amount - idle) * Decimal(energy_share)).quantize(Decimal("1e-10"))
+        stacked = {"idle": idle, "energy": energy}
+        cost = rounder.take_stacked(amount, stacked, {})
+        assert stacked["idle"] >= 0 and stacked["energy"] >= 0
+        assert stacked["idle"] + stacked["energy"] <= cost
+        exact_total += amount
+        rounded_total += cost
+    assert rounded_total == cents(exact_total)
+
+
 @pytest.mark.django_db
 def test_demo_months_match_the_page_on_postgresql():
     call_command("seed_demo", stdout=open("/dev/null", "w"))  # noqa: SIM115
