@@ -1,32 +1,26 @@
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.core.paginator import Paginator
 from django.shortcuts import render
 
-from apps.audit.selectors import audit_event_list, audit_filter_choices, field_changes
+from apps.audit.filters import AuditEventPageFilter
+from apps.audit.selectors import audit_event_list
+from apps.audit.tables import AuditEventTable
 from portal.roles import is_platform_admin
+from portal.tables import configure
 
 
 @login_required
 def audit_event_list_view(request):
     if not is_platform_admin(request.user):
         raise PermissionDenied("Only platform admins can read the audit log.")
-    filters = {
-        key: request.GET.get(key, "").strip()
-        for key in ("action", "object_type", "actor", "object_id")
-    }
-    page = Paginator(audit_event_list(**filters), 50).get_page(request.GET.get("page"))
-    for event in page:
-        event.changes = field_changes(event.before, event.after)
-    query = request.GET.copy()
-    query.pop("page", None)
+    filters = AuditEventPageFilter(request.GET or None, queryset=audit_event_list())
+    table = AuditEventTable(filters.qs)
+    configure(request, table, per_page=50)
+    if not table.order_by:
+        # Newest first until a column is sorted: the pager then reads through time.
+        table.previous_label, table.next_label = "← Newer", "Older →"
     return render(
         request,
         "audit/auditevent_list.html",
-        {
-            "page": page,
-            "filters": filters,
-            "choices": audit_filter_choices(),
-            "query": query.urlencode(),
-        },
+        {"table": table, "filters": filters, "problems": filters.problems()},
     )

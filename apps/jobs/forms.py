@@ -3,7 +3,7 @@ import json
 from django import forms
 
 from apps.fleet.models import GpuModel
-from apps.jobs.choices import JobPriorityClass, JobStatus
+from apps.jobs.choices import JobPriorityClass
 from apps.reservations.choices import OPEN_STATUSES
 from apps.reservations.models import Reservation
 from apps.teams.models import Quota, Team
@@ -106,21 +106,3 @@ class JobForm(forms.Form):
         data = dict(self.cleaned_data)
         data["max_runtime_seconds"] = data.pop("max_runtime_minutes") * 60
         return data
-
-
-class JobFilterForm(forms.Form):
-    team = forms.ModelChoiceField(
-        queryset=Team.objects.none(), required=False, to_field_name="slug", empty_label="All teams"
-    )
-    status = forms.ChoiceField(choices=[("", "Any status"), *JobStatus.choices], required=False)
-    gpu_model = forms.ModelChoiceField(
-        queryset=GpuModel.objects.all(),
-        to_field_name="name",
-        required=False,
-        empty_label="Any model",
-    )
-    mine = forms.BooleanField(required=False, label="Only my jobs")
-
-    def __init__(self, *args, user, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.fields["team"].queryset = Team.objects.for_user(user)

@@ -113,6 +113,11 @@ class Job(models.Model):
         return ""
 
     @property
+    def short_priority_class(self) -> str:
+        """The class's name without its explanation: "Over quota" for a narrow column."""
+        return self.get_priority_class_display().split(" (", 1)[0]
+
+    @property
     def is_finished(self) -> bool:
         return self.status in FINISHED_STATUSES
 

@@ -2,38 +2,34 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
-from django.core.paginator import Paginator
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils.html import format_html
 from django.views.decorators.http import require_POST
 
 from apps.jobs import selectors, services
-from apps.jobs.forms import JobFilterForm, JobForm
+from apps.jobs.filters import JobPageFilter
+from apps.jobs.forms import JobForm
+from apps.jobs.tables import JobTable
 from portal.exceptions import ApplicationError, show_on_form
+from portal.tables import configure
 
 
 @login_required
 def job_list_view(request):
-    """The queue of the user's teams, newest first, with filters."""
-    form = JobFilterForm(request.GET or None, user=request.user)
+    """The queue of the user's teams, newest first, with filters and sortable columns."""
     jobs = selectors.job_list(user=request.user).order_by("-submitted_at", "-id")
-    if form.is_valid():
-        data = form.cleaned_data
-        if data.get("team"):
-            jobs = jobs.filter(team=data["team"])
-        if data.get("status"):
-            jobs = jobs.filter(status=data["status"])
-        if data.get("gpu_model"):
-            jobs = jobs.filter(gpu_model=data["gpu_model"])
-        if data.get("mine"):
-            jobs = jobs.filter(submitted_by=request.user)
-    page = Paginator(jobs, 25).get_page(request.GET.get("page"))
-    page.object_list = selectors.with_figures(page.object_list)
-    query = request.GET.copy()
-    query.pop("page", None)
+    filters = JobPageFilter(request.GET or None, queryset=jobs, request=request)
+    table = JobTable(filters.qs)
+    table.empty_text = format_html(
+        'No jobs here yet. <a href="{}">Submit a job</a>.', reverse("jobs:job-submit")
+    )
+    configure(request, table, per_page=25)
+    selectors.with_figures(row.record for row in table.page.object_list)
     return render(
         request,
         "jobs/job_list.html",
-        {"page": page, "filter_form": form, "query": query.urlencode()},
+        {"table": table, "filters": filters, "problems": filters.problems()},
     )
 
 

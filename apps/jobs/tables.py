@@ -1,0 +1,51 @@
+import django_tables2 as tables
+
+from apps.jobs.models import Job
+from portal.tables import PortalTable
+
+CELLS = "jobs/_cells.html"
+
+
+def _cell(part: str) -> dict:
+    return {"template_name": CELLS, "extra_context": {"part": part}}
+
+
+class JobTable(PortalTable):
+    """The jobs page. Cost and efficiency come from higher apps for the shown page only
+    (`with_figures`), so they are not sortable."""
+
+    id = tables.TemplateColumn(verbose_name="#", **_cell("id"))
+    name = tables.TemplateColumn(verbose_name="Name", **_cell("name"))
+    team = tables.Column("Team", accessor="team__slug")
+    gpus = tables.TemplateColumn(
+        verbose_name="GPUs", order_by=("gpu_count", "gpu_model__name"), **_cell("gpus")
+    )
+    priority_class = tables.TemplateColumn(
+        verbose_name="Class", attrs={"td": {"class": "nowrap"}}, **_cell("class")
+    )
+    status = tables.TemplateColumn(verbose_name="Status", **_cell("status"))
+    submitted_at = tables.TemplateColumn(
+        verbose_name="Submitted", order_by=("submitted_at", "id"), **_cell("submitted")
+    )
+    submitted_by = tables.Column("By", accessor="submitted_by__username")
+    where = tables.TemplateColumn(
+        verbose_name="Why pending / node", orderable=False, accessor="pk", **_cell("where")
+    )
+    cost = tables.TemplateColumn(
+        verbose_name="Cost", orderable=False, accessor="pk",
+        attrs={"td": {"data-testid": "job-cost"}}, **_cell("cost"),
+    )  # fmt: skip
+    efficiency = tables.TemplateColumn(
+        verbose_name="Efficiency", orderable=False, accessor="pk",
+        attrs={"td": {"data-testid": "job-efficiency"}}, **_cell("efficiency"),
+    )  # fmt: skip
+
+    class Meta(PortalTable.Meta):
+        model = Job
+        fields = ()
+        sequence = (
+            "id", "name", "team", "gpus", "priority_class", "status", "submitted_at",
+            "submitted_by", "where", "cost", "efficiency",
+        )  # fmt: skip
+        attrs = {"data-testid": "job-table"}
+        row_attrs = {"data-job": lambda record: record.pk}
