@@ -4,20 +4,24 @@ from datetime import timedelta
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
-from django.core.paginator import Paginator
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.utils import timezone
+from django.utils.html import format_html
 from django.views.decorators.http import require_POST
 
 from apps.fleet.models import GpuModel
 from apps.reservations import selectors, services
 from apps.reservations.availability import round_up_to_slot
 from apps.reservations.choices import OPEN_STATUSES, ReservationStatus
+from apps.reservations.filters import ReservationPageFilter
 from apps.reservations.forms import CancelForm, ExtendForm, ReservationForm, searched_start
 from apps.reservations.policy import BookingPolicy
+from apps.reservations.tables import ReservationTable
 from apps.teams.models import Team
 from portal.exceptions import ApplicationError, show_on_form
 from portal.formatting import format_when
+from portal.tables import configure
 
 WHEN = {
     "upcoming": ("Upcoming", [ReservationStatus.SCHEDULED]),
@@ -31,6 +35,8 @@ WHEN = {
 
 @login_required
 def reservation_list_view(request):
+    """The user's teams' bookings in one tab (upcoming, active, past), with filters and
+    sortable columns; upcoming and active read soonest first, past latest first."""
     when = request.GET.get("when", "upcoming")
     if when not in WHEN:
         when = "upcoming"
@@ -39,13 +45,44 @@ def reservation_list_view(request):
         .filter(status__in=WHEN[when][1])
         .order_by("start" if when != "past" else "-start", "id")
     )
-    page = Paginator(reservations, 25).get_page(request.GET.get("page"))
-    page.object_list = selectors.with_figures(page.object_list)
+    filters = ReservationPageFilter(
+        _filter_data(request.GET), queryset=reservations, request=request
+    )
+    table = ReservationTable(filters.qs)
+    table.empty_text = _empty_text(request, when, filtered=filters.is_bound)
+    configure(request, table, per_page=25)
+    selectors.with_figures(row.record for row in table.page.object_list)
     return render(
         request,
         "reservations/reservation_list.html",
-        {"page": page, "when": when, "tabs": {k: v[0] for k, v in WHEN.items()}},
+        {
+            "table": table,
+            "filters": filters,
+            "problems": filters.problems(),
+            "when": when,
+            "tabs": {k: v[0] for k, v in WHEN.items()},
+        },
     )
+
+
+def _filter_data(query):
+    """The filters asked for, or None when only the tab, sort or page is: an unbound filter
+    set offers no "Clear" link."""
+    asked = query.copy()
+    for key in ("when", "sort", "page"):
+        asked.pop(key, None)
+    return query if asked else None
+
+
+def _empty_text(request, when: str, *, filtered: bool) -> str:
+    if filtered:
+        return f"No {when} reservations match."
+    text = format_html("No {} reservations.", when)
+    if request.user.is_authenticated and Team.objects.member_of(request.user).exists():
+        text = format_html(
+            '{} <a href="{}">Reserve GPUs</a>.', text, reverse("reservations:reservation-create")
+        )
+    return text
 
 
 @login_required
