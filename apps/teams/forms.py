@@ -44,3 +44,64 @@ class QuotaForm(forms.Form):
             except ValidationError as invalid:
                 self.add_error(None, invalid)
         return data
+
+
+class TeamCreateForm(forms.Form):
+    """A new team and, optionally, its quota per GPU model (both numbers or neither)."""
+
+    slug = forms.CharField(
+        max_length=50,
+        help_text="Short name in addresses and exports: lowercase letters, digits and hyphens.",
+    )
+    name = forms.CharField(max_length=200)
+    cost_center = forms.CharField(max_length=64, required=False, label="Cost center")
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.quota_rows = []
+        for model in [*GpuModel.objects.order_by("name"), None]:
+            key = model.pk if model else "any"
+            label = model.name if model else "any model"
+            for part in ("guaranteed", "limit"):
+                self.fields[f"{part}_{key}"] = forms.IntegerField(
+                    min_value=0,
+                    max_value=1_000_000,
+                    required=False,
+                    label=f"{part.capitalize()} GPUs of {label}",
+                )
+            self.quota_rows.append((model, label, f"guaranteed_{key}", f"limit_{key}"))
+
+    def quota_fields(self):
+        """(label, guaranteed field, limit field) per row, for the template."""
+        return [(label, self[g], self[lim]) for _, label, g, lim in self.quota_rows]
+
+    def clean(self):
+        data = super().clean()
+        quotas = []
+        for model, label, g_name, l_name in self.quota_rows:
+            guaranteed, limit = data.get(g_name), data.get(l_name)
+            if guaranteed is None and limit is None:
+                continue
+            if guaranteed is None or limit is None:
+                missing = g_name if guaranteed is None else l_name
+                if missing not in self.errors:
+                    self.add_error(missing, f"Give both numbers for {label}, or neither.")
+                continue
+            try:
+                quota_numbers_check(guaranteed=guaranteed, limit=limit)
+            except ValidationError as invalid:
+                for field, messages in invalid.message_dict.items():
+                    self.add_error(g_name if field == "guaranteed" else l_name, messages)
+                continue
+            quotas.append((model, guaranteed, limit))
+        data["quotas"] = quotas
+        return data
+
+    def service_kwargs(self) -> dict:
+        data = self.cleaned_data
+        return {
+            "slug": data["slug"],
+            "name": data["name"],
+            "cost_center": data.get("cost_center", ""),
+            "quotas": data["quotas"],
+        }

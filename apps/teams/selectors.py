@@ -1,11 +1,11 @@
 from datetime import datetime
 
-from django.db.models import Count, QuerySet
+from django.db.models import Count, Q, QuerySet
 from django.utils import timezone
 
 from apps.fleet.models import Gpu, GpuModel
-from apps.teams.choices import TeamRole
-from apps.teams.models import Membership, Quota, Team
+from apps.teams.choices import GlobalRole, TeamRole
+from apps.teams.models import Membership, Quota, Team, User
 from apps.teams.quota_rule import QuotaRow, QuotaRule
 from portal import hooks
 
@@ -20,6 +20,13 @@ def team_list(*, user) -> QuerySet[Team]:
 
 def team_members(*, team: Team) -> QuerySet[Membership]:
     return team.memberships.select_related("user").order_by("user__username")
+
+
+def platform_admins() -> QuerySet[User]:
+    """Active platform admins (the role or superusers), by username."""
+    return User.objects.filter(
+        Q(is_superuser=True) | Q(global_role=GlobalRole.PLATFORM_ADMIN), is_active=True
+    ).order_by("username")
 
 
 def user_memberships(*, user) -> QuerySet[Membership]:

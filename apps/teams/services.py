@@ -175,3 +175,36 @@ def quota_delete(*, quota: Quota, actor) -> None:
     audit_record(actor=actor, action="quota.delete", target=quota, before=_quota_snapshot(quota))
     quota.delete()
     hooks.emit("quota.changed", quota=quota, actor=actor)
+
+
+# Team pages live at /teams/<slug>/: these slugs would hide the portal's own pages there.
+RESERVED_TEAM_SLUGS = frozenset({"new", "token", "platform-admins"})
+
+
+@transaction.atomic
+def team_create(*, slug: str, name: str, cost_center: str = "", quotas=(), actor) -> Team:
+    """A platform admin creates a team, with optional quota rows ``(gpu_model or None,
+    guaranteed, limit)``. Audited (the team, then each quota through ``quota_set``); one
+    transaction, so a refused quota leaves no team behind. A taken slug is a conflict."""
+    if not is_platform_admin(actor):
+        raise PolicyRefusal("Only platform admins may create teams.", code="not_admin")
+    team = Team(slug=slug.strip(), name=name.strip(), cost_center=cost_center.strip())
+    team.full_clean(validate_unique=False)
+    if team.slug in RESERVED_TEAM_SLUGS:
+        raise ValidationError({"slug": f"“{team.slug}” names a portal page; choose another slug."})
+    if Team.objects.filter(slug=team.slug).exists():
+        raise ConflictError(f"A team with the slug “{team.slug}” already exists.")
+    try:
+        with transaction.atomic():
+            team.save()
+    except IntegrityError as error:  # created by someone else since the check above
+        raise ConflictError(f"A team with the slug “{team.slug}” already exists.") from error
+    audit_record(
+        actor=actor,
+        action="team.create",
+        target=team,
+        after={"slug": team.slug, "name": team.name, "cost_center": team.cost_center},
+    )
+    for gpu_model, guaranteed, limit in quotas:
+        quota_set(team=team, gpu_model=gpu_model, guaranteed=guaranteed, limit=limit, actor=actor)
+    return team

@@ -5,6 +5,8 @@ from apps.teams import token_views, views
 app_name = "teams"
 urlpatterns = [
     path("", views.team_list_view, name="team-list"),
+    path("new/", views.team_create_view, name="team-create"),
+    path("platform-admins/", views.platform_admins_view, name="platform-admins"),
     path("token/", token_views.api_token_list_view, name="api-token"),
     path("token/<int:pk>/revoke/", token_views.api_token_revoke_view, name="api-token-revoke"),
     path("<slug:slug>/", views.team_detail_view, name="team-detail"),

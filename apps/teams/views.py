@@ -4,13 +4,14 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.forms.utils import pretty_name
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from apps.audit.selectors import audit_event_list
 from apps.fleet.models import GpuModel
 from apps.teams import selectors, services
 from apps.teams.choices import TeamRole
-from apps.teams.forms import MembershipAddForm, MembershipRoleForm, QuotaForm
+from apps.teams.forms import MembershipAddForm, MembershipRoleForm, QuotaForm, TeamCreateForm
 from apps.teams.models import Team
 from apps.teams.permissions import can_manage_team, is_finance, is_platform_admin
 from apps.teams.services import quota_set
@@ -23,6 +24,29 @@ def team_list_view(request):
     return render(
         request, "teams/team_list.html", {"teams": selectors.team_list(user=request.user)}
     )
+
+
+@login_required
+def team_create_view(request):
+    """Platform admins create a team, with its quotas if they know them already."""
+    if not is_platform_admin(request.user):
+        raise PermissionDenied("Only platform admins may create teams.")
+    form = TeamCreateForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            team = services.team_create(actor=request.user, **form.service_kwargs())
+        except (ApplicationError, ValidationError) as error:
+            show_on_form(form, error)
+        else:
+            messages.success(request, f"Team {team.slug} is created.")
+            return redirect("teams:team-detail", slug=team.slug)
+    return render(request, "teams/team_form.html", {"form": form})
+
+
+@login_required
+def platform_admins_view(request):
+    """Whom to ask for a quota, a team or an account: the platform admins, with their e-mail."""
+    return render(request, "teams/platform_admins.html", {"admins": selectors.platform_admins()})
 
 
 @login_required
@@ -58,6 +82,12 @@ def team_detail_view(request, slug: str):
             "form": form,
             "roles": TeamRole.choices,
             "quota_rows": selectors.quota_table(teams=[team]),
+            # Statements are for the team's admins, finance and platform admins; a showback
+            # portal (billing's BillingMode.SHOWBACK) issues none.
+            "sees_statement": (can_manage or is_finance(request.user))
+            and settings.BILLING_MODE != "showback",
+            "manages_digest": can_manage and team.is_active,
+            "this_month": timezone.localdate().strftime("%Y-%m"),
         },
     )
 
