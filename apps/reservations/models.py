@@ -84,6 +84,16 @@ class ReservationGpu(models.Model):
     start = models.DateTimeField()
     end = models.DateTimeField()
     active = models.BooleanField(default=True)
+    # What happened to the holding when its GPU left service (drain, retire, maintenance),
+    # for the booking's page: moved here from `moved_from`, or left stranded on its GPU.
+    moved_from = models.ForeignKey(
+        "fleet.Gpu", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    stranded = models.BooleanField(
+        default=False, help_text="Its GPU left service and no free GPU could take its place."
+    )
+    changed_at = models.DateTimeField(null=True, blank=True)
+    change_reason = models.CharField(max_length=200, blank=True)
 
     class Meta:
         ordering = ["gpu_id", "start"]

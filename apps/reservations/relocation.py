@@ -9,10 +9,12 @@ from django.db import transaction
 from django.utils import timezone
 
 from apps.audit.services import audit_record
+from apps.fleet.choices import GpuStatus, NodeStatus
+from apps.fleet.models import Gpu
 from apps.reservations import availability, selectors
 from apps.reservations.models import Reservation, ReservationGpu
 from apps.reservations.services import notify_team
-from portal.formatting import format_when
+from portal.formatting import format_count, format_when
 
 logger = logging.getLogger(__name__)
 
@@ -25,12 +27,13 @@ def reservations_relocate_off_gpus(
     is free. Returns what moved and what could not."""
     now = timezone.now()
     report: dict[str, list[dict]] = {"moved": [], "unresolved": []}
-    lost: dict[int, tuple[Reservation, list[str]]] = {}
+    lost: dict[int, tuple[Reservation, list[str], str]] = {}
     affected = selectors.open_reservations_on_gpus(gpu_ids=gpu_ids, now=now)
     if during is not None:
         affected = affected.filter(start__lt=during[1], end__gt=during[0])
-    for holding in affected.order_by("start", "id"):
+    for holding in affected.select_related("gpu__node").order_by("start", "id"):
         reservation = holding.reservation
+        why = why_gpu_left(holding.gpu, maintenance=during is not None)
         # whole minutes, so the cut-off holding and its replacement meet exactly
         window_start = availability.from_epoch(
             availability.ceil_to_grid(availability.to_epoch_ceil(max(holding.start, now)), 60)
@@ -53,7 +56,10 @@ def reservations_relocate_off_gpus(
         }
         if not free:
             report["unresolved"].append(entry)
-            lost.setdefault(reservation.pk, (reservation, []))[1].append(str(holding.gpu))
+            lost.setdefault(reservation.pk, (reservation, [], why))[1].append(str(holding.gpu))
+            ReservationGpu.objects.filter(pk=holding.pk).update(
+                stranded=True, changed_at=now, change_reason=why
+            )
             continue
         replacement = availability.pick_gpus(free, 1, same_node=False)[0]
         with transaction.atomic():
@@ -62,7 +68,13 @@ def reservations_relocate_off_gpus(
             else:
                 ReservationGpu.objects.filter(pk=holding.pk).update(active=False)
             ReservationGpu.objects.create(
-                reservation=reservation, gpu_id=replacement.id, start=window_start, end=holding.end
+                reservation=reservation,
+                gpu_id=replacement.id,
+                start=window_start,
+                end=holding.end,
+                moved_from_id=holding.gpu_id,
+                changed_at=now,
+                change_reason=why,
             )
         entry["moved_to"] = f"{replacement.node}/gpu{replacement.index}"
         report["moved"].append(entry)
@@ -72,17 +84,55 @@ def reservations_relocate_off_gpus(
             target=reservation,
             before={"gpu": entry["gpu"]},
             after={"gpu": entry["moved_to"]},
-            reason="GPU taken out of service",
+            reason=f"GPU taken out of service: {why}",
         )
     _notify_moved(report["moved"])
-    for reservation, gpus in lost.values():
-        notify_team(
-            reservation,
-            f"GPU reservation #{reservation.pk} lost {len(gpus)} GPU(s)",
-            f"{', '.join(gpus)} left service and no other {reservation.gpu_model.name} GPU is "
-            f"free until {format_when(reservation.end)}. Your booking keeps the rest.\n",
-        )
+    for reservation, gpus, why in lost.values():
+        _notify_stranded(reservation, gpus, why, now=now, left=gpu_ids)
     return report
+
+
+def why_gpu_left(gpu: Gpu, *, maintenance: bool = False) -> str:
+    """Why a GPU left service, in the words a booking's page and mail use."""
+    node = gpu.node
+    if maintenance:
+        return f"node {node.hostname} has a maintenance window"
+    if node.status in (NodeStatus.DRAINED, NodeStatus.RETIRED):
+        return f"node {node.hostname} was {node.get_status_display().lower()}"
+    if gpu.status in (GpuStatus.DRAINED, GpuStatus.RETIRED):
+        return f"{gpu} was {gpu.get_status_display().lower()}"
+    return f"{gpu} left service"
+
+
+def _notify_stranded(
+    reservation: Reservation, gpus: list[str], why: str, *, now, left: list[int]
+) -> None:
+    """Tell the booking's team which of its GPUs left service with nowhere to go, and what the
+    booking still has: the rest of its GPUs, or none."""
+    still_held = (
+        ReservationGpu.objects.filter(
+            reservation=reservation, active=True, stranded=False, end__gt=now
+        )
+        .exclude(gpu_id__in=left)
+        .values("gpu_id")
+        .distinct()
+        .count()
+    )
+    lost = format_count(len(gpus), "GPU")
+    if still_held:
+        rest = f"The booking keeps its other {format_count(still_held, 'GPU')}."
+    else:
+        rest = (
+            "The booking has no GPU left in service: cancel it and book another time, or keep "
+            "it in case the GPUs return to service before it starts."
+        )
+    notify_team(
+        reservation,
+        f"GPU reservation #{reservation.pk} lost {lost}",
+        f"{', '.join(gpus)} left service because {why}, and no other "
+        f"{reservation.gpu_model.name} GPU is free until {format_when(reservation.end)}. "
+        f"{rest}\nThe booking's page shows which GPUs are affected.\n",
+    )
 
 
 def _notify_moved(moved: list[dict]) -> None:

@@ -426,3 +426,42 @@ def with_figures(reservations) -> list[Reservation]:
     for reservation in reservations:
         reservation.figures = figures.get(reservation.pk, {})
     return reservations
+
+
+@dataclass(frozen=True)
+class HoldingChange:
+    """What happened to one of a booking's GPUs when it left service: moved to another GPU
+    (`moved`), or stranded on it because no other GPU was free."""
+
+    moved: bool
+    gpu: Gpu  # where the booking is now (moved) or the GPU that left service (stranded)
+    moved_from: Gpu | None
+    at: datetime
+    reason: str
+
+
+def holding_changes(*, reservation: Reservation, now: datetime | None = None) -> dict:
+    """The booking's GPUs that left service: `moved` (each to its new GPU) and `stranded`
+    (left on a GPU out of service, while the holding lasts), and whether any GPU is left in
+    service for the rest of the booking (`none_left`)."""
+    now = now or timezone.now()
+    rows = list(
+        ReservationGpu.objects.filter(reservation=reservation, active=True)
+        .filter(Q(moved_from__isnull=False) | Q(stranded=True, end__gt=now))
+        .select_related("gpu__node", "moved_from__node")
+        .order_by("changed_at", "gpu__node__hostname", "gpu__index")
+    )
+    moved = [
+        HoldingChange(True, r.gpu, r.moved_from, r.changed_at, r.change_reason)
+        for r in rows
+        if r.moved_from_id
+    ]
+    stranded = [
+        HoldingChange(False, r.gpu, None, r.changed_at, r.change_reason) for r in rows if r.stranded
+    ]
+    none_left = bool(stranded) and not (
+        ReservationGpu.objects.filter(reservation=reservation, active=True, end__gt=now)
+        .exclude(gpu_id__in=[c.gpu.pk for c in stranded])
+        .exists()
+    )
+    return {"moved": moved, "stranded": stranded, "none_left": none_left}

@@ -94,7 +94,11 @@ def reservation_detail_view(request, pk: int):
     return render(
         request,
         "reservations/reservation_detail.html",
-        {"r": reservation, "holdings": holdings.order_by("gpu__node__hostname", "gpu__index")},
+        {
+            "r": reservation,
+            "holdings": holdings.order_by("gpu__node__hostname", "gpu__index"),
+            "changes": selectors.holding_changes(reservation=reservation),
+        },
     )
 
 

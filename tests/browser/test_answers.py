@@ -127,3 +127,57 @@ def test_guaranteed_job_above_the_guarantee_is_refused_on_the_form(login_as, mon
     page.get_by_role("button", name="Submit").click()
     expect(page.get_by_test_id("job-status")).to_have_text("Queued")
     assert Job.objects.get().priority_class == "over_quota"
+
+
+def _book_h100(slug: str, username: str, count: int, start, *, same_node: bool = False):
+    from apps.fleet.models import GpuModel
+    from apps.reservations.services import reservation_create
+    from apps.teams.models import Team, User
+
+    return reservation_create(
+        team=Team.objects.get(slug=slug),
+        user=User.objects.get(username=username),
+        gpu_model=GpuModel.objects.get(name=H100),
+        count=count,
+        start=start,
+        end=start + timedelta(hours=2),
+        same_node=same_node,
+    )
+
+
+def _tomorrow_9():
+    return (timezone.now() + timedelta(days=1)).replace(hour=9, minute=0, second=0, microsecond=0)
+
+
+def test_booking_page_says_a_gpu_moved_and_why(login_as):
+    from apps.fleet.services import gpu_change_state
+    from apps.teams.models import User
+
+    booking = _book_h100("vision", "alice", 2, _tomorrow_9())
+    victim = booking.holdings.first().gpu
+    gpu_change_state(gpu=victim, operation="drain", actor=User.objects.get(username="admin"))
+    page = login_as("alice")
+    page.goto(f"/reservations/{booking.pk}/")
+    notice = page.get_by_test_id("moved-gpus")
+    expect(notice).to_contain_text(re.compile(rf"Moved from {victim} to \S+/gpu\d+ on "))
+    expect(notice).to_contain_text(f"because {victim} was drained.")
+    expect(page.get_by_test_id("stranded-gpus")).to_have_count(0)
+
+
+def test_booking_page_warns_of_a_gpu_that_left_with_nowhere_to_go(login_as):
+    from apps.fleet.models import Node
+    from apps.fleet.services import node_change_state
+    from apps.teams.models import User
+
+    start = _tomorrow_9()
+    mine = _book_h100("vision", "alice", 8, start, same_node=True)
+    _book_h100("nlp", "bob", 8, start)  # every other H100 is taken
+    node = Node.objects.get(pk=mine.holdings.first().gpu.node_id)
+    node_change_state(node=node, operation="drain", actor=User.objects.get(username="admin"))
+    page = login_as("alice")
+    page.goto(f"/reservations/{mine.pk}/")
+    expect(page.get_by_test_id("reservation-status")).to_have_text("Scheduled")
+    alert = page.get_by_test_id("stranded-gpus")
+    expect(alert).to_be_visible()
+    expect(alert).to_contain_text(f"because node {node.hostname} was drained, and no other")
+    expect(alert).to_contain_text("This booking has no GPU left in service")

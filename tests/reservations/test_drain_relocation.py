@@ -69,7 +69,7 @@ def test_draining_when_no_gpu_is_free_tells_the_team(
         )
     report = response.json()["relocation"]
     assert report["moved"] == [] and len(report["unresolved"]) == 8
-    assert len(mailoutbox) == 1 and "lost 8 GPU(s)" in mailoutbox[0].subject
+    assert len(mailoutbox) == 1 and "lost 8 GPUs" in mailoutbox[0].subject
     assert member.email in mailoutbox[0].to
     assert not Gpu.objects.schedulable().filter(node=node).exists()
 
