@@ -1,7 +1,9 @@
 import django_filters
+from django.db.models import Q
 
 from apps.fleet.choices import GpuHealth, GpuStatus, NodeStatus
-from apps.fleet.models import Gpu, Node
+from apps.fleet.models import Gpu, GpuModel, Node
+from portal.tables import PageFilterSet
 
 
 class NodeFilter(django_filters.FilterSet):
@@ -26,3 +28,34 @@ class GpuFilter(django_filters.FilterSet):
     class Meta:
         model = Gpu
         fields = ["model", "node", "status", "health", "nvlink_domain", "mig"]
+
+
+class FleetPageFilter(PageFilterSet):
+    """The fleet page's filters over physical GPUs: `q` searches hostnames, UUIDs and NVLink
+    domains; the menus pick a GPU model, GPU status, health or node status. A node shows
+    while one of its GPUs matches."""
+
+    q = django_filters.CharFilter(method="search", label="Search")
+    model = django_filters.ModelChoiceFilter(
+        queryset=GpuModel.objects.all(), to_field_name="name", empty_label="Any model",
+        label="GPU model",
+    )  # fmt: skip
+    status = django_filters.ChoiceFilter(choices=GpuStatus.choices, empty_label="Any status")
+    health = django_filters.ChoiceFilter(choices=GpuHealth.choices, empty_label="Any health")
+    node_status = django_filters.ChoiceFilter(
+        field_name="node__status", choices=NodeStatus.choices, empty_label="Any",
+        label="Node status",
+    )  # fmt: skip
+
+    class Meta:
+        model = Gpu
+        fields = ["q", "model", "status", "health", "node_status"]
+
+    def search(self, queryset, name, value):
+        for word in value.split():
+            queryset = queryset.filter(
+                Q(node__hostname__icontains=word)
+                | Q(uuid__icontains=word)
+                | Q(nvlink_domain__icontains=word)
+            )
+        return queryset

@@ -7,9 +7,12 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.shortcuts import get_object_or_404, redirect, render
 from django.template.defaultfilters import pluralize
 from django.views.decorators.http import require_POST
+from django_tables2 import RequestConfig
 
 from apps.fleet import selectors, services
+from apps.fleet.filters import FleetPageFilter
 from apps.fleet.models import Gpu, MaintenanceWindow, Node
+from apps.fleet.tables import GpuTable
 from portal.exceptions import ApplicationError
 from portal.roles import is_platform_admin
 
@@ -18,11 +21,36 @@ OPERATIONS = {"drain", "undrain", "retire"}
 
 @login_required
 def fleet_view(request):
+    """Every node with its GPUs. Filters narrow the GPUs shown (a node shows while one of its
+    GPUs matches; its counts stay those of the whole node) and a header click sorts them."""
+    nodes = selectors.fleet_overview()
+    filters = FleetPageFilter(
+        request.GET.copy() if _filters_asked(request.GET) else None,
+        queryset=Gpu.objects.filter(mig_parent__isnull=True),
+    )
+    if filters.is_bound:
+        shown = set(filters.qs.values_list("pk", flat=True))
+        for node in nodes:
+            node.physical_gpus = [gpu for gpu in node.physical_gpus if gpu.pk in shown]
+        nodes = [node for node in nodes if node.physical_gpus]
+    exclude = () if is_platform_admin(request.user) else ("actions",)
+    for node in nodes:
+        node.gpu_table = GpuTable(node.physical_gpus, exclude=exclude)
+        RequestConfig(request, paginate=False).configure(node.gpu_table)
     return render(
         request,
         "fleet/fleet.html",
-        {"nodes": selectors.fleet_overview(), "summary": selectors.fleet_summary()},
+        {
+            "nodes": nodes,
+            "summary": selectors.fleet_summary(),
+            "filters": filters,
+            "problems": filters.problems(),
+        },
     )
+
+
+def _filters_asked(query) -> bool:
+    return any(key != "sort" and value for key, value in query.items())
 
 
 def _change_state(request, change, target: str, obj, operation: str):

@@ -122,3 +122,28 @@ def test_platform_admin_navigation_fits_one_line_at_1400_px(login_as):
     menu = page.locator(".user-menu").bounding_box()
     nav = page.get_by_test_id("nav").bounding_box()
     assert abs(menu["y"] - nav["y"]) < nav["height"], "the user menu wrapped below the links"
+
+
+def test_fleet_gpus_sort_by_a_header_click_and_filter_by_model(login_as):
+    page = login_as("alice")
+    page.goto("/fleet/")
+    card = page.locator("section.card.node").first
+    first_rows = card.locator("tbody tr")
+    before = [row.get_attribute("id") for row in first_rows.all()]
+    card.get_by_role("link", name="GPU", exact=True).click()
+    page.wait_for_url(re.compile(r"sort=index"))
+    card.get_by_role("link", name="GPU", exact=True).click()
+    page.wait_for_url(re.compile(r"sort=-index"))
+    after = [
+        row.get_attribute("id")
+        for row in page.locator("section.card.node").first.locator("tbody tr").all()
+    ]
+    assert after == before[::-1] and len(after) > 1
+
+    filters = page.get_by_test_id("fleet-filters")
+    filters.get_by_label("GPU model").select_option("L40S-48GB")
+    filters.get_by_role("button", name="Filter").click()
+    page.wait_for_url(re.compile(r"model=L40S-48GB"))
+    models = page.locator("section.card.node tbody tr td:nth-child(2)").all_inner_texts()
+    assert models and set(models) == {"L40S-48GB"}
+    assert "sort=-index" in page.url
