@@ -110,9 +110,14 @@ class ReservationFactory(factory.django.DjangoModelFactory):
     status = "active"
 
 
-def make_booking(team, user, gpus: list[Gpu], start, end, **fields):
-    """A booking of `team` holding exactly `gpus` over [start, end)."""
+def make_booking(team, user, gpus: list[Gpu], start, end, *, over_quota_gpus=None, **fields):
+    """A booking of `team` holding exactly `gpus` over [start, end); the last
+    `over_quota_gpus` of them above the guarantee (default: all of an over-quota booking)."""
     from apps.reservations.models import ReservationGpu
+
+    if over_quota_gpus is None:
+        over_quota_gpus = len(gpus) if fields.get("over_quota") else 0
+    fields.setdefault("over_quota", over_quota_gpus > 0)
 
     reservation = ReservationFactory(
         team=team,
@@ -124,7 +129,14 @@ def make_booking(team, user, gpus: list[Gpu], start, end, **fields):
         **fields,
     )
     ReservationGpu.objects.bulk_create(
-        ReservationGpu(reservation=reservation, gpu=gpu, start=start, end=end) for gpu in gpus
+        ReservationGpu(
+            reservation=reservation,
+            gpu=gpu,
+            start=start,
+            end=end,
+            over_quota=index >= len(gpus) - over_quota_gpus,
+        )
+        for index, gpu in enumerate(gpus)
     )
     return reservation
 

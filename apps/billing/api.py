@@ -1,7 +1,8 @@
+from datetime import timedelta
 from decimal import Decimal
 
 from django.conf import settings
-from django.http import FileResponse
+from django.http import FileResponse, Http404
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
@@ -12,7 +13,7 @@ from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from apps.billing import exports, focus, selectors, services
+from apps.billing import exports, focus, pricing, selectors, services
 from apps.billing.choices import Enforcement, ExportFormat, is_showback
 from apps.billing.models import (
     Adjustment,
@@ -191,7 +192,7 @@ class AdjustmentViewSet(
 class BudgetAlertSerializer(serializers.ModelSerializer):
     class Meta:
         model = BudgetAlert
-        fields = ["threshold", "spent", "created_at"]
+        fields = ["kind", "threshold", "spent", "exceeds_on", "message", "created_at"]
 
 
 class BudgetSerializer(RefuseUnknownFieldsMixin, serializers.ModelSerializer):
@@ -424,3 +425,69 @@ def export_response(
     response["X-Chargeback-Draft"] = "true" if scope.draft else "false"
     response.status_code = status.HTTP_200_OK
     return response
+
+
+class BookingPriceQuerySerializer(serializers.Serializer):
+    team = serializers.SlugRelatedField(slug_field="slug", queryset=Team.objects.all())
+    gpu_model = serializers.SlugRelatedField(slug_field="name", queryset=GpuModel.objects.all())
+    count = serializers.IntegerField(min_value=1, max_value=10_000)
+    start = serializers.DateTimeField()
+    end = serializers.DateTimeField(required=False)
+    duration_hours = serializers.DecimalField(
+        max_digits=8, decimal_places=2, min_value=Decimal("0.01"), required=False
+    )
+
+    def validate(self, attrs):
+        if "end" not in attrs and "duration_hours" not in attrs:
+            raise serializers.ValidationError({"end": "Give an end or a duration_hours."})
+        if "end" not in attrs:
+            attrs["end"] = attrs["start"] + timedelta(hours=float(attrs["duration_hours"]))
+        if attrs["end"] <= attrs["start"]:
+            raise serializers.ValidationError({"end": "The end must be after the start."})
+        if attrs["end"] - attrs["start"] > timedelta(days=366):
+            raise serializers.ValidationError({"end": "Price at most a year at once."})
+        return attrs
+
+
+class BookingPriceView(APIView):
+    """The price of a booking before it is made, as it will be charged: list price, the
+    over-quota premium of the GPUs above the team's guarantee (given what the team holds then)
+    and the energy estimate, cut where a rate card starts or ends. Members price their own
+    teams' bookings (another team is 404)."""
+
+    permission_classes = [IsAuthenticated]
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("team", str, required=True),
+            OpenApiParameter("gpu_model", str, required=True),
+            OpenApiParameter("count", int, required=True),
+            OpenApiParameter("start", OpenApiTypes.DATETIME, required=True),
+            OpenApiParameter("end", OpenApiTypes.DATETIME),
+            OpenApiParameter("duration_hours", float),
+        ],
+        responses=OpenApiTypes.OBJECT,
+    )
+    def get(self, request):
+        query = BookingPriceQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        data = query.validated_data
+        team = data["team"]
+        if not Team.objects.for_user(request.user).filter(pk=team.pk).exists():
+            raise Http404
+        price = pricing.quote_booking(
+            team=team,
+            gpu_model=data["gpu_model"],
+            count=data["count"],
+            start=data["start"],
+            end=data["end"],
+        )
+        return Response(
+            {
+                "team": team.slug,
+                "gpu_model": data["gpu_model"].name,
+                "start": data["start"].isoformat(),
+                "end": data["end"].isoformat(),
+                **price.as_dict(),
+            }
+        )

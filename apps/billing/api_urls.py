@@ -4,6 +4,7 @@ from rest_framework.routers import SimpleRouter
 from apps.billing.api import (
     AdjustmentViewSet,
     BillingPeriodViewSet,
+    BookingPriceView,
     BudgetViewSet,
     ChargebackView,
     RateCardViewSet,
@@ -19,5 +20,6 @@ router.register("budgets", BudgetViewSet, basename="budget")
 urlpatterns = [
     path("chargeback/", ChargebackView.as_view(), name="chargeback"),
     path("usage/", UsageView.as_view(), name="usage"),
+    path("booking-price/", BookingPriceView.as_view(), name="booking-price"),
     *router.urls,
 ]

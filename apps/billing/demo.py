@@ -108,6 +108,10 @@ def _past_bookings(start, end) -> None:
                     purpose="demo history",
                 )
                 ReservationGpu.objects.create(
-                    reservation=reservation, gpu=gpu, start=cursor, end=cursor + length
+                    reservation=reservation,
+                    gpu=gpu,
+                    start=cursor,
+                    end=cursor + length,
+                    over_quota=reservation.over_quota,
                 )
             cursor += length + timedelta(hours=rng.randrange(1, 20))

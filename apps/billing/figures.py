@@ -8,6 +8,7 @@ from django.conf import settings
 
 from apps.billing import exports, selectors
 from apps.billing.choices import BUDGET_THRESHOLDS, PLATFORM_COST_CENTER
+from apps.billing.forecast import forecast
 from apps.billing.models import BillingPeriod, LedgerEntry
 from apps.billing.money import ExactSum
 from apps.billing.periods import month_bounds
@@ -113,18 +114,19 @@ def _burn_down(period, teams, now) -> dict:
             ys.append(running)
         if not xs:
             continue
-        state = selectors.burn_down(team=team, period=period, now=now)
-        budget = state["budget"]
+        outlook = forecast(team=team, period=period, now=now)
+        budget = outlook.budget
         lines = [(f"{team.slug} spent", xs, ys, {"color": colour})]
-        if now < end:
-            lines.append(
-                (
-                    f"{team.slug} projected",
-                    [xs[-1], last_day],
-                    [ys[-1], state["projected"]],
-                    {"color": colour, "dash": "dot"},
-                )
-            )
+        if now < end and outlook.days:
+            ahead = [xs[-1]] + [day.isoformat() for day, *_ in outlook.days]
+            for label, position, dash in (
+                ("forecast, low", 2, "dot"),
+                ("forecast, high", 3, "dot"),
+                ("forecast", 1, "dash"),
+            ):
+                values = [ys[-1]] + [row[position] for row in outlook.days]
+                lines.append((f"{team.slug} {label}", ahead, values, {"color": colour, "dash": dash,
+                              "width": 1 if "," in label else 2}))  # fmt: skip
         for name, x, y, line in lines:
             figure.add_scatter(
                 x=x, y=[float(v) for v in y], mode="lines+markers" if "spent" in name else "lines",

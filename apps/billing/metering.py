@@ -26,7 +26,6 @@ differences are booked once, and slices of a closed period are left alone. The h
 covers the whole open month, so late data is picked up for as long as the month is open.
 """
 
-from bisect import bisect_right
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -39,9 +38,10 @@ from django.db.models import Max, Sum
 from django.utils import timezone
 
 from apps.billing.choices import ChargeSource
-from apps.billing.models import BillingPeriod, LedgerEntry, RateCard
+from apps.billing.models import BillingPeriod, LedgerEntry
 from apps.billing.money import ExactSum
 from apps.billing.periods import month_bounds, month_start
+from apps.billing.pricing import RateBook, energy_cost, gpu_cost
 from apps.fleet.choices import GpuStatus
 from apps.fleet.models import Gpu
 from apps.reservations.models import ReservationGpu
@@ -161,7 +161,7 @@ def _ledger_rows(start: datetime, end: datetime, periods: list, result: MeterRes
     Everything is read here, before the generator starts: the caller's COPY holds the
     connection while the generator runs, so the generator itself must not query."""
     start_s, end_s = _epoch(start), _epoch(end)
-    rates = _RateBook()
+    rates = RateBook()
     rollups = _rollups(start, end)
     charged = _charged(start, end)
     gpu_uses = list(_uses_per_gpu(start, end))
@@ -262,36 +262,6 @@ def _periods_for(start: datetime, end: datetime) -> list[BillingPeriod]:
     return periods
 
 
-class _RateBook:
-    """Rate cards per GPU model, and the instants (epoch seconds) where a model's price changes."""
-
-    def __init__(self) -> None:
-        self._cards: dict[int, list[RateCard]] = defaultdict(list)
-        for card in RateCard.objects.order_by("effective_from"):
-            self._cards[card.gpu_model_id].append(card)
-        self._starts = {
-            m: [_epoch(c.effective_from) for c in cards] for m, cards in self._cards.items()
-        }
-        self._ends = {
-            m: [_epoch(c.effective_to) if c.effective_to else None for c in cards]
-            for m, cards in self._cards.items()
-        }
-        self._cuts = {
-            m: sorted(set(self._starts[m]) | {e for e in self._ends[m] if e is not None})
-            for m in self._cards
-        }
-
-    def cuts(self, model_id: int) -> list[int]:
-        return self._cuts.get(model_id, [])
-
-    def card_at(self, model_id: int, at: int) -> RateCard | None:
-        index = bisect_right(self._starts.get(model_id, []), at) - 1
-        if index < 0:
-            return None
-        card_end = self._ends[model_id][index]
-        return self._cards[model_id][index] if card_end is None or at < card_end else None
-
-
 def _rollups(start: datetime, end: datetime) -> dict:
     rows = GpuHourRollup.objects.filter(bucket__gte=start, bucket__lt=end).values_list(
         "gpu_id", "bucket", "busy_seconds", "energy_j"
@@ -307,7 +277,7 @@ def _uses_per_gpu(start: datetime, end: datetime):
         ReservationGpu.objects.filter(active=True, start__lt=end, end__gt=start)
         .values_list(
             "gpu_id", "start", "end", "reservation_id", "reservation__team_id",
-            "reservation__over_quota",
+            "over_quota",
         )
     )  # fmt: skip
     for gpu_id, s, e, reservation_id, team_id, over_quota in holdings:
@@ -406,19 +376,17 @@ def _ledger_row(period_id, gpu_id, model_id, use, piece_start, piece_end, card, 
         Decimal(energy_j * fraction / JOULES_PER_KWH).quantize(KWH_PLACES) if energy_j else ZERO
     )
     if card is None:
-        unit_price, gpu_cost, energy_cost = ZERO, ZERO, ZERO
+        unit_price, gpu_charge, energy_charge = ZERO, ZERO, ZERO
     else:
         unit_price = card.price_per_gpu_hour
-        multiplier = card.over_quota_multiplier if use.over_quota else ONE
-        gpu_cost = (seconds * unit_price * multiplier / SECONDS_PER_HOUR).quantize(COST_PLACES)
-        energy_price = card.energy_price_per_kwh
-        energy_cost = (energy_kwh * energy_price).quantize(COST_PLACES) if energy_price else ZERO
+        gpu_charge = gpu_cost(seconds, card, over_quota=use.over_quota)
+        energy_charge = energy_cost(energy_kwh, card)
     idle_cost = ZERO
-    if use.source == ChargeSource.RESERVATION and gpu_cost:
-        idle_cost = (gpu_cost * (seconds - busy_seconds) / seconds).quantize(COST_PLACES)
+    if use.source == ChargeSource.RESERVATION and gpu_charge:
+        idle_cost = (gpu_charge * (seconds - busy_seconds) / seconds).quantize(COST_PLACES)
     return (
         period_id, use.team_id, use.source, use.source_id, gpu_id, model_id,
         _instant(piece_start), _instant(piece_end), seconds, busy_seconds, energy_kwh,
         card.pk if card else None, unit_price, use.over_quota,
-        gpu_cost, energy_cost, idle_cost, gpu_cost + energy_cost, 0, created,
+        gpu_charge, energy_charge, idle_cost, gpu_charge + energy_charge, 0, created,
     )  # fmt: skip

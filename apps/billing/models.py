@@ -216,17 +216,29 @@ class Budget(models.Model):
 
 
 class BudgetAlert(models.Model):
-    """A threshold (50/80/100 %) a budget crossed; sent once."""
+    """A threshold (50/80/100 %) a budget crossed, or (kind `forecast`) the day the forecast
+    says the team's spend passes 100 % of it; each sent once."""
+
+    class Kind(models.TextChoices):
+        THRESHOLD = "threshold", "Threshold crossed"
+        FORECAST = "forecast", "Forecast to exceed"
 
     budget = models.ForeignKey(Budget, on_delete=models.CASCADE, related_name="alerts")
+    kind = models.CharField(max_length=10, choices=Kind.choices, default=Kind.THRESHOLD)
     threshold = models.PositiveSmallIntegerField()
     spent = models.DecimalField(**MONEY)
+    exceeds_on = models.DateField(
+        null=True, blank=True, help_text="Forecast alerts: the day the budget would be passed."
+    )
+    message = models.CharField(max_length=300, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         ordering = ["-created_at"]
         constraints = [
-            models.UniqueConstraint(fields=["budget", "threshold"], name="budgetalert_unique"),
+            models.UniqueConstraint(
+                fields=["budget", "kind", "threshold"], name="budgetalert_unique_kind"
+            ),
         ]
 
     def __str__(self) -> str:

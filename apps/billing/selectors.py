@@ -1,6 +1,6 @@
 """Reads for prices, the ledger, budgets and periods."""
 
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 
 from django.db.models import Q, QuerySet
@@ -9,6 +9,7 @@ from apps.billing.choices import ChargeSource
 from apps.billing.models import BillingPeriod, Budget, BudgetAlert, LedgerEntry, RateCard
 from apps.billing.money import ExactSum
 from apps.billing.periods import add_months, month_bounds
+from apps.billing.pricing import RateBook, energy_per_gpu_hour, price_holding
 from apps.reservations.models import ReservationGpu
 
 
@@ -75,28 +76,10 @@ def budget_alerts_for_teams(team_ids) -> QuerySet[BudgetAlert]:
 
 
 def burn_down(*, team, period: BillingPeriod, now: datetime) -> dict:
-    """Spent so far, still booked this month, and the projected month-end total (spent + booked
-    + the team's job spend per day so far carried over the remaining days)."""
+    """Spent, booked, left and the forecast month end with its range (`forecast.forecast`)."""
+    from apps.billing.forecast import forecast
 
-    start, end = month_bounds(period.month)
-    spent = team_spend(team=team, period=period)
-    booked = booked_cost(team=team, period=period, now=now) if now < end else Decimal(0)
-    jobs = ledger_for_period(period).filter(team=team, source=ChargeSource.JOB)
-    job_spend = jobs.aggregate(total=ExactSum("cost"))["total"] or Decimal(0)
-    elapsed = max((min(now, end) - start).total_seconds(), 3600)
-    remaining = max((end - max(now, start)).total_seconds(), 0)
-    projected = spent + booked + job_spend * Decimal(remaining / elapsed)
-    budget = budget_for(team=team, period=period)
-    return {
-        "team": team.slug,
-        "period": f"{period.month:%Y-%m}",
-        "spent": spent.quantize(Decimal("0.01")),
-        "booked": booked.quantize(Decimal("0.01")),
-        "projected": projected.quantize(Decimal("0.01")),
-        "budget": budget.amount if budget else None,
-        "enforcement": budget.enforcement if budget else None,
-        "left": (budget.amount - spent - booked).quantize(Decimal("0.01")) if budget else None,
-    }
+    return forecast(team=team, period=period, now=now).as_dict()
 
 
 def daily_spend(*, team, period: BillingPeriod) -> list[tuple]:
@@ -118,72 +101,19 @@ def price_gpu_hours(*, hours_by_model: dict, at) -> Decimal | None:
     """List price of GPU-hours per model {model name: (hours, of which over quota)} at the
     rates in force at `at`, over-quota hours at the multiplier; None when a model has no rate
     card. Answers the `gpu_hours.price` hook (the what-if page)."""
+    rates = RateBook(start=at, end=at + timedelta(seconds=1))
     total = Decimal(0)
     for model, (hours, over) in hours_by_model.items():
-        card = rate_card_at(gpu_model_name=model, at=at)
-        if card is None:
+        cost = rates.cost(model, hours=hours, over_hours=over, at=at)
+        if cost is None:
             return None
-        total += gpu_hours_cost(card, hours=hours, over_hours=over)
+        total += cost
     return total.quantize(Decimal("0.01"))
-
-
-def gpu_hours_cost(card: RateCard, *, hours, over_hours=0) -> Decimal:
-    """List price of `hours` GPU-hours at a rate card, `over_hours` of them (part of `hours`)
-    above the team's guarantee and so at the over-quota multiplier. Exact (not rounded)."""
-    premium = card.over_quota_multiplier - 1
-    cost = Decimal(str(hours)) * card.price_per_gpu_hour
-    return cost + Decimal(str(over_hours)) * card.price_per_gpu_hour * premium
-
-
-class RateBook:
-    """The rate cards in force over [start, end), read in one query, to price many uses at
-    their own instants without a query each (pages and reports over many rows)."""
-
-    def __init__(self, *, start: datetime, end: datetime) -> None:
-        self._cards: dict[str, list[RateCard]] = {}
-        for card in rate_cards_in_force(start=start, end=end):
-            self._cards.setdefault(card.gpu_model.name, []).append(card)
-
-    def card_at(self, gpu_model_name: str, at: datetime) -> RateCard | None:
-        for card in self._cards.get(gpu_model_name, ()):
-            if card.effective_from <= at and (card.effective_to is None or at < card.effective_to):
-                return card
-        return None
-
-    def cost(self, gpu_model_name: str, *, hours, over_hours=0, at: datetime) -> Decimal | None:
-        """As `gpu_hours_cost` at the card in force at `at`; None when the model is unpriced."""
-        card = self.card_at(gpu_model_name, at)
-        if card is None:
-            return None
-        return gpu_hours_cost(card, hours=hours, over_hours=over_hours)
 
 
 def team_total_all(period: BillingPeriod) -> Decimal:
     """Everything charged in the period, all teams and the platform (exact)."""
     return ledger_for_period(period).aggregate(t=ExactSum("cost"))["t"] or Decimal(0)
-
-
-def projected_booking_cost(*, gpu_model, count: int, start: datetime, end: datetime) -> Decimal:
-    """List price of holding `count` GPUs over [start, end) at the rates in force then."""
-    total = Decimal(0)
-    cursor = start
-    while cursor < end:
-        card = rate_card_at(gpu_model_name=gpu_model.name, at=cursor)
-        piece_end = end
-        if card and card.effective_to and card.effective_to < end:
-            piece_end = card.effective_to
-        elif card is None:
-            upcoming = (
-                RateCard.objects.filter(gpu_model=gpu_model, effective_from__gt=cursor)
-                .order_by("effective_from")
-                .first()
-            )
-            piece_end = min(end, upcoming.effective_from) if upcoming else end
-        seconds = Decimal(int((piece_end - cursor).total_seconds()))
-        if card:
-            total += seconds * count * card.price_per_gpu_hour / Decimal(3600)
-        cursor = piece_end
-    return total
 
 
 def booked_cost(*, team, period: BillingPeriod, now: datetime) -> Decimal:
@@ -194,14 +124,22 @@ def booked_cost(*, team, period: BillingPeriod, now: datetime) -> Decimal:
     holdings = ReservationGpu.objects.filter(
         active=True, reservation__team=team, end__gt=since, start__lt=period_end
     ).select_related("gpu__model")
+    rates = RateBook(start=since, end=period_end)
+    energy: dict[int, Decimal] = {}
     total = Decimal(0)
     for holding in holdings:
-        total += projected_booking_cost(
-            gpu_model=holding.gpu.model,
+        model = holding.gpu.model
+        if model.pk not in energy:
+            energy[model.pk] = energy_per_gpu_hour(model.pk, now=now)
+        total += price_holding(
+            gpu_model=model,
             count=1,
             start=max(holding.start, since),
             end=min(holding.end, period_end),
-        )
+            over_quota_gpus=int(holding.over_quota),
+            rates=rates,
+            kwh_per_gpu_hour=energy[model.pk],
+        ).exact_total
     return total
 
 

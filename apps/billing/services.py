@@ -29,11 +29,11 @@ from apps.billing.models import (
     RateCard,
 )
 from apps.billing.periods import add_months, month_bounds, month_start, next_month
+from apps.billing.pricing import price_holding
 from apps.billing.selectors import (
     booked_cost,
     budget_for,
     period_for_month,
-    projected_booking_cost,
     team_spend,
     team_total_all,
 )
@@ -336,15 +336,19 @@ def budget_set(
     return budget
 
 
-def budget_alerts_check(*, budget: Budget) -> list[BudgetAlert]:
+def budget_alerts_check(*, budget: Budget, now: datetime | None = None) -> list[BudgetAlert]:
     """Record (once each) the 50/80/100 % thresholds the team's spend has crossed and email the
-    team admins; the alerts also show in the portal and the API."""
+    team admins; and once, while the month is still running and the budget not yet passed, the
+    day the forecast (`forecast.forecast`) says it will be ("at this rate nlp exceeds its budget
+    on Dec 21"). The alerts also show in the portal and the API."""
     if budget.amount <= 0:
         return []
     spent = team_spend(team=budget.team, period=budget.period)
     crossed = [t for t in BUDGET_THRESHOLDS if spent * 100 >= budget.amount * t]
-    known = set(budget.alerts.values_list("threshold", flat=True))
-    created = []
+    known = set(
+        budget.alerts.filter(kind=BudgetAlert.Kind.THRESHOLD).values_list("threshold", flat=True)
+    )
+    created = _forecast_alert(budget, spent, now=now or timezone.now())
     for threshold in crossed:
         if threshold in known:
             continue
@@ -353,9 +357,57 @@ def budget_alerts_check(*, budget: Budget) -> list[BudgetAlert]:
                 budget=budget, threshold=threshold, spent=spent.quantize(CENT)
             )
         )
-    if created:
-        _email_budget_alert(budget, max(a.threshold for a in created), spent)
+    thresholds = [a for a in created if a.kind == BudgetAlert.Kind.THRESHOLD]
+    if thresholds:
+        _email_budget_alert(budget, max(a.threshold for a in thresholds), spent)
     return created
+
+
+def _forecast_alert(budget: Budget, spent: Decimal, *, now: datetime) -> list[BudgetAlert]:
+    from apps.billing.forecast import forecast
+
+    _, end = month_bounds(budget.period.month)
+    if now >= end or spent >= budget.amount or budget.period.is_closed:
+        return []
+    if budget.alerts.filter(kind=BudgetAlert.Kind.FORECAST).exists():
+        return []
+    outlook = forecast(team=budget.team, period=budget.period, now=now)
+    if outlook.exceeds_on is None:
+        return []
+    alert = BudgetAlert.objects.create(
+        budget=budget,
+        kind=BudgetAlert.Kind.FORECAST,
+        threshold=100,
+        spent=spent.quantize(CENT),
+        exceeds_on=outlook.exceeds_on,
+        message=outlook.message,
+    )
+    recipients = _team_admin_emails(budget)
+    if recipients:
+        outbox_send_mail(
+            subject=f"[GPU portal] {outlook.message}",
+            body=(
+                f"{outlook.message}\n\nTeam {budget.team.name} has been charged "
+                f"{outlook.spent} of its {budget.amount} budget for {budget.period}; "
+                f"{outlook.booked} more is booked. At its run-rate of {outlook.run_rate} a day "
+                f"(last {outlook.window_days} days; range {outlook.run_rate_low} to "
+                f"{outlook.run_rate_high}) the month ends at about {outlook.projected} "
+                f"({outlook.projected_low} to {outlook.projected_high})."
+            ),
+            recipients=recipients,
+        )
+    return [alert]
+
+
+def _team_admin_emails(budget: Budget) -> list[str]:
+    return sorted(
+        set(
+            Membership.objects.filter(team=budget.team, role=TeamRole.TEAM_ADMIN).values_list(
+                "user__email", flat=True
+            )
+        )
+        - {""}
+    )
 
 
 def budget_alerts_check_all(*, periods) -> int:
@@ -366,14 +418,7 @@ def budget_alerts_check_all(*, periods) -> int:
 
 
 def _email_budget_alert(budget: Budget, threshold: int, spent: Decimal) -> None:
-    recipients = sorted(
-        set(
-            Membership.objects.filter(team=budget.team, role=TeamRole.TEAM_ADMIN).values_list(
-                "user__email", flat=True
-            )
-        )
-        - {""}
-    )
+    recipients = _team_admin_emails(budget)
     if not recipients:
         return
     subject = (
@@ -386,10 +431,12 @@ def _email_budget_alert(budget: Budget, threshold: int, spent: Decimal) -> None:
     outbox_send_mail(subject=subject, body=body, recipients=list(recipients))
 
 
-def check_booking_budget(*, team, gpu_model, count, start, end) -> None:
+def check_booking_budget(*, team, gpu_model, count, start, end, over_quota_gpus=0) -> None:
     """The reservation budget hook (settings.RESERVATION_BUDGET_CHECK): a team in `block` mode
     cannot book more than is left of its budget in any month the booking falls in; each
-    month's part of the booking is weighed against that month's budget."""
+    month's part of the booking is weighed against that month's budget. The booking is priced
+    as it will be charged (`pricing.price_holding`): `over_quota_gpus` of its GPUs at the
+    over-quota multiplier, plus the energy estimate."""
     if is_showback():
         return
     now = timezone.now()
@@ -398,16 +445,21 @@ def check_booking_budget(*, team, gpu_model, count, start, end) -> None:
         part_start, part_end = max(start, bounds[0]), min(end, bounds[1])
         _check_month_budget(
             team=team, gpu_model=gpu_model, count=count, start=part_start, end=part_end,
-            period=period_for_month(month), now=now,
+            over_quota_gpus=over_quota_gpus, period=period_for_month(month), now=now,
         )  # fmt: skip
         month = next_month(month)
 
 
-def _check_month_budget(*, team, gpu_model, count, start, end, period, now) -> None:
+def _check_month_budget(
+    *, team, gpu_model, count, start, end, over_quota_gpus, period, now
+) -> None:
     budget = budget_for(team=team, period=period)
     if budget is None or budget.enforcement != Enforcement.BLOCK:
         return
-    cost = projected_booking_cost(gpu_model=gpu_model, count=count, start=start, end=end)
+    price = price_holding(
+        gpu_model=gpu_model, count=count, start=start, end=end, over_quota_gpus=over_quota_gpus
+    )
+    cost = price.total
     spent = team_spend(team=team, period=period)
     booked = booked_cost(team=team, period=period, now=now)
     left = budget.amount - spent - booked
@@ -425,6 +477,9 @@ def _check_month_budget(*, team, gpu_model, count, start, end, period, now) -> N
                 "booked": str(booked.quantize(CENT)),
                 "left": str(left.quantize(CENT)),
                 "booking_cost": str(cost.quantize(CENT)),
+                "list_cost": str(price.list_cost.quantize(CENT)),
+                "over_quota_premium": str(price.over_quota_premium.quantize(CENT)),
+                "energy_cost": str(price.energy_cost.quantize(CENT)),
                 "period": str(period),
             },
         )

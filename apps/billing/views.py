@@ -217,6 +217,7 @@ def budgets_view(request):
             "can_edit": can_edit,
             "currency": settings.BILLING_CURRENCY,
             "months_ahead": services.BUDGET_MONTHS_AHEAD,
+            "forecast_days": settings.BILLING_FORECAST_DAYS,
         },
     )
 

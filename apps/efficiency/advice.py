@@ -26,7 +26,7 @@ from decimal import Decimal
 from django.conf import settings
 from django.db.models import Q
 
-from apps.billing.selectors import RateBook
+from apps.billing.pricing import RateBook
 from apps.efficiency.models import AllocationKind
 from apps.efficiency.selectors import (
     bookings_efficiency,

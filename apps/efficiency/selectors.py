@@ -14,7 +14,8 @@ from django.db.models import Count, Exists, OuterRef, Q
 from django.utils import timezone
 
 from apps.billing.choices import ChargeSource
-from apps.billing.selectors import RateBook, cost_by_source
+from apps.billing.pricing import RateBook, energy_per_gpu_hour, price_holding
+from apps.billing.selectors import cost_by_source
 from apps.efficiency.models import AllocationKind, AllocationSummary
 from apps.efficiency.usage import Efficiency, Holding, clip, gpu_models, summarize, usage_of
 from apps.fleet.models import GpuModel
@@ -129,7 +130,8 @@ def _quota_rule(team_ids) -> QuotaRule:
 
 
 def estimated_costs(jobs, *, now: datetime) -> dict[int, dict]:
-    """For waiting jobs outside bookings: GPUs x maximum runtime x the model's rate, the GPUs
+    """For waiting jobs outside bookings: the price of its GPUs from now for its maximum runtime
+    (`pricing.price_holding`: cut where a rate card starts or ends, energy estimated), the GPUs
     above the team's guarantee (counting what it holds now) at the over-quota price. A job for
     any model is priced at the dearest model it could land on ("up to")."""
     waiting = [j for j in jobs if j.status in WAITING_STATUSES and not j.reservation_id]
@@ -141,8 +143,10 @@ def estimated_costs(jobs, *, now: datetime) -> dict[int, dict]:
     for (team_id, _), n in used.items():
         held_all[team_id] += n
     rule = _quota_rule(team_ids)
-    prices = RateBook(start=now, end=now + timedelta(seconds=1))
+    longest = max(j.max_runtime_seconds for j in waiting)
+    prices = RateBook(start=now, end=now + timedelta(seconds=longest + 1))
     models = list(GpuModel.objects.values_list("pk", "name"))
+    energy: dict[int, Decimal] = {}
     result = {}
     for job in waiting:
         candidates = [(job.gpu_model_id, job.gpu_model.name)] if job.gpu_model_id else models
@@ -158,10 +162,20 @@ def estimated_costs(jobs, *, now: datetime) -> dict[int, dict]:
                 guarantee=True,
             )
             over_gpus = min(job.gpu_count, max(0, job.gpu_count - max(room, 0)))
-            hours = job.gpu_count * job.max_runtime_seconds / 3600
-            over_hours = over_gpus * job.max_runtime_seconds / 3600
-            cost = prices.cost(name, hours=hours, over_hours=over_hours, at=now)
-            if cost is not None and (best is None or cost > best[0]):
+            if not prices.card_at(model_id, now) and not prices.cuts(model_id):
+                continue  # never priced: no estimate
+            if model_id not in energy:
+                energy[model_id] = energy_per_gpu_hour(model_id, now=now)
+            cost = price_holding(
+                gpu_model=GpuModel(pk=model_id, name=name),
+                count=job.gpu_count,
+                start=now,
+                end=now + timedelta(seconds=job.max_runtime_seconds),
+                over_quota_gpus=over_gpus,
+                rates=prices,
+                kwh_per_gpu_hour=energy[model_id],
+            ).total
+            if best is None or cost > best[0]:
                 best = (cost, over_gpus, name)
         if best is not None:
             result[job.pk] = {

@@ -94,6 +94,10 @@ class ReservationGpu(models.Model):
     )
     changed_at = models.DateTimeField(null=True, blank=True)
     change_reason = models.CharField(max_length=200, blank=True)
+    over_quota = models.BooleanField(
+        default=False,
+        help_text="This GPU is above the team's guarantee: charged at the over-quota multiplier.",
+    )
 
     class Meta:
         ordering = ["gpu_id", "start"]

@@ -26,7 +26,7 @@ class BookingPolicy:
         )
 
 
-def allow_any_budget(*, team, gpu_model, count, start, end) -> None:
+def allow_any_budget(*, team, gpu_model, count, start, end, over_quota_gpus=0) -> None:
     """Default budget check: allows everything. Billing replaces it through
     RESERVATION_BUDGET_CHECK with one that raises PolicyRefusal(code="budget_exhausted")."""
     return None

@@ -75,6 +75,7 @@ def reservations_relocate_off_gpus(
                 moved_from_id=holding.gpu_id,
                 changed_at=now,
                 change_reason=why,
+                over_quota=holding.over_quota,
             )
         entry["moved_to"] = f"{replacement.node}/gpu{replacement.index}"
         report["moved"].append(entry)

@@ -15,7 +15,7 @@ from apps.reservations.choices import OPEN_STATUSES
 from apps.reservations.models import Reservation, ReservationGpu
 from apps.reservations.policy import BookingPolicy
 from apps.teams.models import Quota, Team
-from apps.teams.quota_rule import Holdings
+from apps.teams.quota_rule import Holdings, QuotaRow, QuotaRule, Verdict
 from apps.teams.selectors import team_quota_rule
 from portal import hooks
 
@@ -385,6 +385,32 @@ def team_holdings(
             team.slug, models[gpu_id], availability.from_epoch(s), availability.from_epoch(e)
         )
     return holdings
+
+
+def quota_verdict(
+    *,
+    team: Team,
+    gpu_model: GpuModel,
+    count: int,
+    start: datetime,
+    end: datetime,
+    quotas=None,
+    exclude_reservation_id: int | None = None,
+) -> Verdict:
+    """The quota rule's answer for ``count`` more GPUs of ``gpu_model`` over [start, end) on top
+    of what the team holds then: admitted or not, and how many are above its guarantee.
+    ``quotas``: the rows to apply (booking admission passes them locked); default: read."""
+    if quotas is None:
+        rule = team_quota_rule(team=team)
+    else:
+        rule = QuotaRule(
+            QuotaRow(team.slug, q.gpu_model.name if q.gpu_model else None, q.guaranteed, q.limit)
+            for q in quotas
+        )
+    holdings = team_holdings(
+        team=team, start=start, end=end, exclude_reservation_id=exclude_reservation_id
+    )
+    return rule.admit(team.slug, gpu_model.name, count, start, end, holdings)
 
 
 def quota_usage(*, quotas, now: datetime | None = None) -> dict[int, dict]:

@@ -30,7 +30,7 @@ from apps.reservations.policy import BookingPolicy, budget_check
 from apps.teams.choices import TeamRole
 from apps.teams.models import Membership, Quota, Team
 from apps.teams.permissions import is_platform_admin
-from apps.teams.quota_rule import QuotaRow, QuotaRule
+from apps.teams.quota_rule import Verdict
 from portal import hooks
 from portal.exceptions import ConflictError, PolicyRefusal
 from portal.formatting import format_count, format_when
@@ -104,19 +104,20 @@ def check_quota(
     start: datetime,
     end: datetime,
     exclude_reservation_id: int | None = None,
-) -> bool:
+) -> Verdict:
     """Refuse (403 quota_exceeded) if the team would hold more than a limit at any instant of
     [start, end), counting its bookings and its running jobs (the quota rule,
     `apps.teams.quota_rule`); a team without a quota for the model may book none of it.
-    Returns whether the booking is over the team's guarantee (over-quota)."""
-    rule = QuotaRule(
-        QuotaRow(team.slug, q.gpu_model.name if q.gpu_model else None, q.guaranteed, q.limit)
-        for q in _locked_quotas(team, gpu_model)
+    Returns the rule's verdict: `over_gpus` of the `count` GPUs are above the guarantee."""
+    verdict = selectors.quota_verdict(
+        team=team,
+        gpu_model=gpu_model,
+        count=count,
+        start=start,
+        end=end,
+        quotas=_locked_quotas(team, gpu_model),
+        exclude_reservation_id=exclude_reservation_id,
     )
-    holdings = selectors.team_holdings(
-        team=team, start=start, end=end, exclude_reservation_id=exclude_reservation_id
-    )
-    verdict = rule.admit(team.slug, gpu_model.name, count, start, end, holdings)
     if not verdict.rows:
         raise PolicyRefusal(
             f"Team {team.slug} has no quota for {gpu_model.name}. Ask a platform admin for one.",
@@ -141,7 +142,7 @@ def check_quota(
                 "available": max(row.limit - held, 0),
             },
         )
-    return verdict.over_guarantee
+    return verdict
 
 
 def _next_slot_detail(*, gpu_model, count, duration, after, same_node) -> dict | None:
@@ -228,8 +229,16 @@ def reservation_create(
         raise ValidationError({"count": f"The fleet has only {fleet}."})
 
     with transaction.atomic():
-        over_quota = check_quota(team=team, gpu_model=gpu_model, count=count, start=start, end=end)
-        budget_check(team=team, gpu_model=gpu_model, count=count, start=start, end=end)
+        verdict = check_quota(team=team, gpu_model=gpu_model, count=count, start=start, end=end)
+        over_gpus = verdict.over_gpus
+        budget_check(
+            team=team,
+            gpu_model=gpu_model,
+            count=count,
+            start=start,
+            end=end,
+            over_quota_gpus=over_gpus,
+        )
         _serialize_gpu_picking(gpu_model)
         for _attempt in range(BOOKING_ATTEMPTS):
             free = selectors.schedulable_gpus(gpu_model=gpu_model, free_from=start, free_until=end)
@@ -254,14 +263,22 @@ def reservation_create(
                         end=end,
                         purpose=purpose,
                         same_node=same_node,
-                        over_quota=over_quota,
+                        over_quota=over_gpus > 0,
                         status=ReservationStatus.ACTIVE
                         if start <= now
                         else ReservationStatus.SCHEDULED,
                     )
+                    # The GPUs above the guarantee are the last picked: they are charged at
+                    # the over-quota multiplier, the others at list price.
                     ReservationGpu.objects.bulk_create(
-                        ReservationGpu(reservation=reservation, gpu_id=g.id, start=start, end=end)
-                        for g in picked
+                        ReservationGpu(
+                            reservation=reservation,
+                            gpu_id=g.id,
+                            start=start,
+                            end=end,
+                            over_quota=index >= count - over_gpus,
+                        )
+                        for index, g in enumerate(picked)
                     )
                 # Integrations (Slurm) mirror the booking; a refusal rolls it back.
                 hooks.emit("reservation.created", reservation=reservation)
@@ -391,12 +408,16 @@ def reservation_extend(*, reservation: Reservation, actor, new_end: datetime) ->
         end=new_end,
         exclude_reservation_id=reservation.pk,
     )
+    # The extension keeps the booking's GPUs, each at the price it was booked at.
     budget_check(
         team=reservation.team,
         gpu_model=reservation.gpu_model,
         count=reservation.count,
         start=reservation.end,
         end=new_end,
+        over_quota_gpus=reservation.holdings.filter(
+            active=True, end=reservation.end, over_quota=True
+        ).count(),
     )
     gpu_ids = list(reservation.holdings.filter(active=True).values_list("gpu_id", flat=True))
     taken = selectors.busy_intervals(

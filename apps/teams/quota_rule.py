@@ -63,12 +63,15 @@ class Verdict:
     """The rule's answer for ``count`` more GPUs of a model: ``refused_by`` is the first row
     whose limit they would pass (None when admitted); ``held`` what the team holds in that
     row's scope (of the first row when admitted); ``over_guarantee`` whether they pass a
-    guarantee. ``rows`` are the rows that applied (empty: the team has no quota for it)."""
+    guarantee; ``over_gpus`` how many of the ``count`` GPUs are above the tightest guarantee
+    (what is priced as over quota). ``rows`` are the rows that applied (empty: the team has no
+    quota for it)."""
 
     rows: tuple[QuotaRow, ...]
     refused_by: QuotaRow | None
     held: int
     over_guarantee: bool
+    over_gpus: int = 0
 
     @property
     def admitted(self) -> bool:
@@ -178,14 +181,18 @@ class QuotaRule:
         rows = self.rows_for(team, model)
         over = not rows
         first_held = None
+        guaranteed_room = None
         for row in rows:
             held = held_by_row(row)
             if first_held is None:
                 first_held = held
             if held + count > row.limit:
-                return Verdict(rows, row, held, True)
+                return Verdict(rows, row, held, True, count)
             over = over or held + count > row.guaranteed
-        return Verdict(rows, None, first_held or 0, over)
+            left = max(row.guaranteed - held, 0)
+            guaranteed_room = left if guaranteed_room is None else min(guaranteed_room, left)
+        over_gpus = count - min(count, guaranteed_room or 0)
+        return Verdict(rows, None, first_held or 0, over, over_gpus)
 
     def guarantee_ceiling(self, team: str, model: str) -> int:
         """The most GPUs of ``model`` the team may ever hold within its guarantee (0 without a

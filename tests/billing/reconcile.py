@@ -321,8 +321,9 @@ def build_random_month(seed: int) -> "object":
                 over_quota=rng.random() < 0.3,
             )  # fmt: skip
             ReservationGpu.objects.create(
-                reservation=reservation, gpu=gpu, start=cursor, end=cursor + length
-            )
+                reservation=reservation, gpu=gpu, start=cursor, end=cursor + length,
+                over_quota=reservation.over_quota,
+            )  # fmt: skip
             cursor += length + timedelta(minutes=rng.randrange(0, 300, 5))
         hour = start
         while hour < end:

@@ -1,0 +1,246 @@
+"""Budget forecasts: where a team's month ends at its recent pace, with a range.
+
+**Run-rate.** What the team was charged per UTC day over the last `BILLING_FORECAST_DAYS`
+complete days (7 by default; usage of every kind, bookings and jobs, not adjustments: they are
+one-off corrections), as a mean with a range of one standard deviation either side (low never
+below zero). Days without charges count as zero: a team that stopped spending is forecast to
+keep not spending.
+
+**Each day left in the month** is expected to cost the run-rate (a fraction of it for the rest
+of today), but never less than what the team has already booked for that day, priced as it will
+be charged (`pricing.price_holding`). The run-rate already includes the team's usual bookings,
+so bookings are a floor, not an addition: adding them would count the same hours twice.
+
+**Projected month end** = spent so far + the expected days; low and high alike from the low
+and high rates. The budget is exceeded on the first day whose running total passes it.
+
+**Left.** One definition everywhere (budgets page, API, statement): left = budget - spent, in
+cents, from the same rounded spend the statement shows; the bookings still to come are shown
+beside it as "left after bookings" = left - booked.
+"""
+
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
+from statistics import pstdev
+
+from django.conf import settings
+from django.db.models.functions import TruncDate
+
+from apps.billing.choices import ChargeSource
+from apps.billing.models import BillingPeriod, Budget, LedgerEntry
+from apps.billing.money import ExactSum
+from apps.billing.periods import month_bounds
+from apps.billing.pricing import RateBook, energy_per_gpu_hour, price_holding
+from apps.reservations.models import ReservationGpu
+
+ZERO = Decimal(0)
+CENT = Decimal("0.01")
+DAY = timedelta(days=1)
+
+
+@dataclass
+class Forecast:
+    """A team's month: what it spent, has booked, has left, and where it is heading."""
+
+    team: str
+    period: str
+    budget: Decimal | None
+    enforcement: str | None
+    spent: Decimal
+    booked: Decimal
+    run_rate: Decimal
+    run_rate_low: Decimal
+    run_rate_high: Decimal
+    window_days: int
+    projected: Decimal
+    projected_low: Decimal
+    projected_high: Decimal
+    exceeds_on: date | None = None
+    exceeds_on_earliest: date | None = None
+    exceeds_on_latest: date | None = None
+    # (day, expected, low, high): the running total at the end of each day left in the month.
+    days: list = field(default_factory=list)
+
+    @property
+    def left(self) -> Decimal | None:
+        return None if self.budget is None else self.budget - self.spent
+
+    @property
+    def left_after_bookings(self) -> Decimal | None:
+        return None if self.budget is None else self.budget - self.spent - self.booked
+
+    @property
+    def message(self) -> str:
+        """One sentence for the page, the API and the alert email."""
+        if self.budget is None:
+            return ""
+        if self.spent > self.budget:
+            return f"{self.team} has exceeded its {self.period} budget."
+        if self.exceeds_on is None:
+            if self.exceeds_on_earliest is not None:
+                return (
+                    f"At this rate {self.team} stays within its {self.period} budget; at the "
+                    f"high end of its range it would exceed it on {self.exceeds_on_earliest:%b %d}."
+                )
+            return f"At this rate {self.team} stays within its {self.period} budget."
+        return f"At this rate {self.team} exceeds its budget on {self.exceeds_on:%b %d}."
+
+    def as_dict(self) -> dict:
+        """The figures (Decimals in cents; dates as ISO strings)."""
+        money = {
+            name: None if value is None else value.quantize(CENT)
+            for name, value in (
+                ("budget", self.budget),
+                ("spent", self.spent),
+                ("booked", self.booked),
+                ("left", self.left),
+                ("left_after_bookings", self.left_after_bookings),
+                ("run_rate_per_day", self.run_rate),
+                ("run_rate_low", self.run_rate_low),
+                ("run_rate_high", self.run_rate_high),
+                ("projected", self.projected),
+                ("projected_low", self.projected_low),
+                ("projected_high", self.projected_high),
+            )
+        }
+        return {
+            "team": self.team,
+            "period": self.period,
+            "enforcement": self.enforcement,
+            **money,
+            "window_days": self.window_days,
+            "exceeds_on": self.exceeds_on.isoformat() if self.exceeds_on else None,
+            "exceeds_on_earliest": (
+                self.exceeds_on_earliest.isoformat() if self.exceeds_on_earliest else None
+            ),
+            "exceeds_on_latest": (
+                self.exceeds_on_latest.isoformat() if self.exceeds_on_latest else None
+            ),
+            "message": self.message,
+        }
+
+
+def daily_charges(*, team, start: date, end: date) -> list[Decimal]:
+    """The team's usage charges per UTC day over [start, end), zero for days without any."""
+    rows = (
+        LedgerEntry.objects.filter(
+            team=team,
+            slice_start__gte=datetime.combine(start, datetime.min.time(), UTC),
+            slice_start__lt=datetime.combine(end, datetime.min.time(), UTC),
+        )
+        .exclude(source=ChargeSource.ADJUSTMENT)
+        .annotate(day=TruncDate("slice_start", tzinfo=UTC))
+        .values("day")
+        .annotate(total=ExactSum("cost"))
+        .order_by()
+    )
+    by_day = {row["day"]: row["total"] or ZERO for row in rows}
+    return [by_day.get(start + timedelta(days=i), ZERO) for i in range((end - start).days)]
+
+
+def run_rate(daily: list[Decimal]) -> tuple[Decimal, Decimal, Decimal]:
+    """(mean, low, high) per day: the mean of the daily charges, one standard deviation
+    either side (low at least zero)."""
+    if not daily:
+        return ZERO, ZERO, ZERO
+    mean, spread = sum(daily, ZERO) / len(daily), pstdev(daily)
+    return (
+        mean.quantize(CENT),
+        max(mean - spread, ZERO).quantize(CENT),
+        (mean + spread).quantize(CENT),
+    )
+
+
+def booked_by_day(*, team, since: datetime, until: datetime, now: datetime) -> dict[date, Decimal]:
+    """What the team's bookings will cost per UTC day over [since, until), exact, priced as
+    they will be charged (each GPU above the guarantee at the over-quota multiplier)."""
+    holdings = ReservationGpu.objects.filter(
+        active=True, reservation__team=team, end__gt=since, start__lt=until
+    ).select_related("gpu__model")
+    rates = RateBook(start=since, end=until)
+    energy: dict[int, Decimal] = {}
+    by_day: dict[date, Decimal] = {}
+    for holding in holdings:
+        model = holding.gpu.model
+        if model.pk not in energy:
+            energy[model.pk] = energy_per_gpu_hour(model.pk, now=now)
+        cursor, end = max(holding.start, since), min(holding.end, until)
+        while cursor < end:
+            day = cursor.astimezone(UTC).date()
+            day_end = min(datetime.combine(day + DAY, datetime.min.time(), UTC), end)
+            price = price_holding(
+                gpu_model=model,
+                count=1,
+                start=cursor,
+                end=day_end,
+                over_quota_gpus=int(holding.over_quota),
+                rates=rates,
+                kwh_per_gpu_hour=energy[model.pk],
+            )
+            by_day[day] = by_day.get(day, ZERO) + price.exact_total
+            cursor = day_end
+    return by_day
+
+
+def team_spent(*, team, period: BillingPeriod) -> Decimal:
+    """The team's charges in the period in cents, rounded as the statement and exports round
+    them (so the budgets page and the statement show the same spend)."""
+    from apps.billing.exports import team_totals
+
+    if period.pk is None:
+        return ZERO
+    for row in team_totals(period):
+        if row["team_id"] == team.pk:
+            return row["cost"]
+    return ZERO
+
+
+def forecast(*, team, period: BillingPeriod, now: datetime, window_days: int | None = None):
+    """The team's month (see the module docstring)."""
+    window_days = window_days or settings.BILLING_FORECAST_DAYS
+    start, end = month_bounds(period.month)
+    budget = Budget.objects.filter(team=team, period_id=period.pk).first() if period.pk else None
+    spent = team_spent(team=team, period=period)
+    today = now.astimezone(UTC).date()
+    daily = daily_charges(team=team, start=today - timedelta(days=window_days), end=today)
+    rate, low, high = run_rate(daily)
+    since = max(now, start)
+    booked = booked_by_day(team=team, since=since, until=end, now=now) if since < end else {}
+    result = Forecast(
+        team=team.slug,
+        period=f"{period.month:%Y-%m}",
+        budget=budget.amount if budget else None,
+        enforcement=budget.enforcement if budget else None,
+        spent=spent,
+        booked=sum(booked.values(), ZERO).quantize(CENT),
+        run_rate=rate,
+        run_rate_low=low,
+        run_rate_high=high,
+        window_days=window_days,
+        projected=spent,
+        projected_low=spent,
+        projected_high=spent,
+    )
+    running = [spent, spent, spent]
+    cursor = since
+    while cursor < end:
+        day = cursor.astimezone(UTC).date()
+        day_end = min(datetime.combine(day + DAY, datetime.min.time(), UTC), end)
+        share = Decimal((day_end - cursor).total_seconds()) / Decimal(DAY.total_seconds())
+        floor = booked.get(day, ZERO)
+        for index, per_day in enumerate((rate, low, high)):
+            running[index] += max(floor, per_day * share)
+        result.days.append((day, *running))
+        if budget is not None:
+            if result.exceeds_on is None and running[0] > budget.amount:
+                result.exceeds_on = day
+            if result.exceeds_on_latest is None and running[1] > budget.amount:
+                result.exceeds_on_latest = day
+            if result.exceeds_on_earliest is None and running[2] > budget.amount:
+                result.exceeds_on_earliest = day
+        cursor = day_end
+    result.projected, result.projected_low, result.projected_high = (
+        value.quantize(CENT) for value in running
+    )
+    return result
