@@ -106,7 +106,7 @@ def test_block_mode_budget_refuses_the_walkthrough_booking_at_its_real_price(
             team=team, user=member, gpu_model=h100, count=8, start=start_in_one_month,
             end=start_in_one_month + timedelta(hours=HOURS),
         )  # fmt: skip
-    assert "would cost 3906.00" in str(refused.value.message)
+    assert "would cost 3,906.00 USD" in str(refused.value.message)
     assert refused.value.detail["over_quota_premium"] == "781.20"
     assert not ReservationGpu.objects.exists()
 
