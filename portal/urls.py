@@ -1,29 +1,25 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
+from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
-from rest_framework.routers import DefaultRouter
 
 from apps.dashboards.views import home_view
-from apps.fleet.api import GpuViewSet, MaintenanceWindowViewSet, NodeViewSet
-from apps.reservations.api import (
-    AvailabilityTimelineView,
-    AvailabilityView,
-    ReservationViewSet,
-)
 from apps.sso.views import PortalLogoutView
-from apps.teams.api import QuotaViewSet, TeamViewSet
 from apps.teams.views import quota_admin_view
-from apps.telemetry.api import GpuTelemetryView, IdleView
 from portal import views
 
-router = DefaultRouter()
-router.register("teams", TeamViewSet, basename="team")
-router.register("nodes", NodeViewSet, basename="node")
-router.register("gpus", GpuViewSet, basename="gpu")
-router.register("maintenance-windows", MaintenanceWindowViewSet, basename="maintenance-window")
-router.register("quotas", QuotaViewSet, basename="quota")
-router.register("reservations", ReservationViewSet, basename="reservation")
+# Apps with an api_urls module of routes under /api/v1/.
+API_APPS = (
+    "teams",
+    "fleet",
+    "reservations",
+    "telemetry",
+    "jobs",
+    "billing",
+    "dashboards",
+    "efficiency",
+)
 
 urlpatterns = [
     path("", home_view, name="home"),
@@ -40,19 +36,9 @@ urlpatterns = [
     path("dashboards/", include("apps.dashboards.urls")),
     path("efficiency/", include("apps.efficiency.urls")),
     path("admin/", admin.site.urls),
-    path("api/v1/availability/", AvailabilityView.as_view(), name="availability"),
-    path(
-        "api/v1/availability/timeline/",
-        AvailabilityTimelineView.as_view(),
-        name="availability-timeline",
-    ),
-    path("api/v1/telemetry/gpus/<int:pk>/", GpuTelemetryView.as_view(), name="gpu-telemetry"),
-    path("api/v1/idle/", IdleView.as_view(), name="idle"),
-    path("api/v1/", include("apps.jobs.api_urls")),
-    path("api/v1/", include("apps.billing.api_urls")),
-    path("api/v1/", include("apps.dashboards.api_urls")),
-    path("api/v1/", include("apps.efficiency.api_urls")),
-    path("api/v1/", include(router.urls)),
+    # The API root leads to its documentation; each app wires its own routes.
+    path("api/v1/", RedirectView.as_view(pattern_name="swagger-ui"), name="api-root"),
+    *(path("api/v1/", include(f"apps.{app}.api_urls")) for app in API_APPS),
     path("api/v1/schema/", SpectacularAPIView.as_view(), name="schema"),
     # The split view serves Swagger UI's settings as a script file, not inline (CSP).
     path(
