@@ -378,3 +378,52 @@ def quota_pressure(filters: Filters) -> dict:
         )
     )
     return {"rows": rows, "figures": {"quota-pressure": figure_json(figure)}}
+
+
+def gpu_activity(activity: dict) -> dict:
+    """One GPU's utilization and SM activity (where GPM exists) over its window, with the
+    memory it used on a second axis."""
+    rows = activity["rows"]
+    x = _iso([r["bucket"] for r in rows])
+    figure = go.Figure(
+        layout={
+            **LAYOUT,
+            "xaxis": {
+                "type": "date",
+                "title": TIME_AXIS,
+                "range": _iso([activity["start"], activity["end"]]),
+            },
+            "yaxis": {"title": "Activity (%)", "range": [0, 100]},
+            "yaxis2": {
+                "title": "Memory used (GiB)",
+                "overlaying": "y",
+                "side": "right",
+                "rangemode": "tozero",
+                "showgrid": False,
+            },
+            "hovermode": "x unified",
+        }
+    )
+    figure.add_trace(
+        go.Scatter(x=x, y=[r["util_avg"] for r in rows], name="Utilization %", mode="lines")
+    )
+    if any(r["sm_active_avg"] is not None for r in rows):
+        figure.add_trace(
+            go.Scatter(
+                x=x, y=[r["sm_active_avg"] for r in rows], name="SM activity (GPM)", mode="lines"
+            )
+        )
+    figure.add_trace(
+        go.Scatter(
+            x=x,
+            y=[
+                None if r["mem_used_avg_mib"] is None else round(r["mem_used_avg_mib"] / 1024, 2)
+                for r in rows
+            ],
+            name="Memory used",
+            mode="lines",
+            yaxis="y2",
+            line={"dash": "dot", "color": GREY},
+        )
+    )
+    return figure_json(figure)

@@ -9,4 +9,5 @@ urlpatterns = [
     path("idle/", views.idle_view, name="idle"),
     path("occupancy/", views.occupancy_view, name="occupancy"),
     path("fleet/", views.fleet_view, name="fleet"),
+    path("gpus/<int:pk>/", views.gpu_view, name="gpu"),
 ]

@@ -5,10 +5,11 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import Http404
-from django.shortcuts import render
+from django.shortcuts import get_object_or_404, render
 
 from apps.dashboards import figures, selectors
-from apps.fleet.models import GpuModel
+from apps.dashboards.selectors import gpu as gpu_selectors
+from apps.fleet.models import Gpu, GpuModel
 from apps.fleet.selectors import fleet_summary
 from apps.teams.models import Team
 from apps.teams.permissions import is_platform_admin
@@ -78,5 +79,34 @@ def home_view(request):
             "memberships": user_memberships(user=request.user),
             "fleet": fleet_summary(),
             "summary": selectors.home_summary(request.user),
+        },
+    )
+
+
+@login_required
+def gpu_view(request, pk: int):
+    """One GPU: its activity over the last 24 h or 7 d, who held it, its health events."""
+    gpu = get_object_or_404(Gpu.objects.select_related("node", "model"), pk=pk)
+    range_name = request.GET.get("range", "24h")
+    try:
+        start, end = gpu_selectors.gpu_window(range_name)
+    except gpu_selectors.GpuRangeError as error:
+        messages.error(request, f"{error} Showing the last 24 hours instead.")
+        range_name = "24h"
+        start, end = gpu_selectors.gpu_window(range_name)
+    activity = gpu_selectors.gpu_activity(gpu, range_name, now=end)
+    return render(
+        request,
+        "dashboards/gpu.html",
+        {
+            "gpu": gpu,
+            "range": range_name,
+            "ranges": list(gpu_selectors.GPU_RANGES),
+            "start": start,
+            "end": end,
+            "has_activity": bool(activity["rows"]),
+            "figures": {"gpu-activity": figures.gpu_activity(activity)},
+            "holders": gpu_selectors.gpu_holders(gpu, user=request.user, start=start, end=end),
+            "events": gpu_selectors.gpu_health_events(gpu, start=start, end=end),
         },
     )

@@ -82,7 +82,7 @@ def test_fleet_page_is_for_platform_admins(member, finance_user, platform_admin,
 
 def test_idle_page_links_every_gpu(platform_admin, history):
     html = logged_in(platform_admin).get("/dashboards/idle/").content.decode()
-    assert html.count('href="/fleet/#gpu-') == 20
+    assert html.count('href="/dashboards/gpus/') == 20
     assert "unpriced" in html
 
 
