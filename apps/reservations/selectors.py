@@ -468,7 +468,8 @@ class HoldingChange:
 
 def holding_changes(*, reservation: Reservation, now: datetime | None = None) -> dict:
     """The booking's GPUs that left service: `moved` (each to its new GPU) and `stranded`
-    (left on a GPU out of service, while the holding lasts), and whether any GPU is left in
+    (left on a GPU out of service, while the holding lasts and the GPU is still out of
+    service for it), and whether any GPU is left in
     service for the rest of the booking (`none_left`)."""
     now = now or timezone.now()
     rows = list(
@@ -482,8 +483,23 @@ def holding_changes(*, reservation: Reservation, now: datetime | None = None) ->
         for r in rows
         if r.moved_from_id
     ]
+    # A stranded holding is news only while its GPU is still out of service for it: back in
+    # service (undrained, the maintenance window cancelled), the booking has it again.
+    in_service = set(
+        Gpu.objects.schedulable()
+        .filter(pk__in=[r.gpu_id for r in rows if r.stranded])
+        .values_list("pk", flat=True)
+    )
     stranded = [
-        HoldingChange(False, r.gpu, None, r.changed_at, r.change_reason) for r in rows if r.stranded
+        HoldingChange(False, r.gpu, None, r.changed_at, r.change_reason)
+        for r in rows
+        if r.stranded
+        and (
+            r.gpu_id not in in_service
+            or MaintenanceWindow.objects.filter(
+                node_id=r.gpu.node_id, start__lt=r.end, end__gt=r.start
+            ).exists()
+        )
     ]
     none_left = bool(stranded) and not (
         ReservationGpu.objects.filter(reservation=reservation, active=True, end__gt=now)

@@ -92,3 +92,34 @@ def test_booking_that_keeps_some_gpus_says_how_many(
     html = _page(client, member, mine)
     alert = html.split('data-testid="stranded-gpus"', 1)[1].split("</div>", 1)[0]
     assert f"{lost} left service on" in alert and "The booking keeps its other GPUs." in alert
+
+
+def test_stranded_warning_goes_when_the_gpu_is_back_in_service(
+    client, member, outsider, platform_admin, quotas, h100, tomorrow_9
+):
+    mine = _book(quotas[0].team, member, h100, tomorrow_9, 8, same_node=True)
+    _fill_the_other_node(outsider, quotas, h100, tomorrow_9)
+    node = Node.objects.get(pk=mine.holdings.first().gpu.node_id)
+    node_change_state(node=node, operation="drain", actor=platform_admin)
+    assert 'data-testid="stranded-gpus"' in _page(client, member, mine)
+    node_change_state(node=node, operation="undrain", actor=platform_admin)
+    assert 'data-testid="stranded-gpus"' not in _page(client, member, mine)
+
+
+def test_maintenance_window_strands_until_it_is_cancelled(
+    client, member, outsider, platform_admin, quotas, h100, tomorrow_9
+):
+    from apps.fleet.services import maintenance_cancel, maintenance_schedule
+
+    mine = _book(quotas[0].team, member, h100, tomorrow_9, 8, same_node=True)
+    _fill_the_other_node(outsider, quotas, h100, tomorrow_9)
+    node = Node.objects.get(pk=mine.holdings.first().gpu.node_id)
+    window, report = maintenance_schedule(
+        node=node, start=tomorrow_9, end=tomorrow_9 + timedelta(hours=1), reason="cooling",
+        actor=platform_admin,
+    )  # fmt: skip
+    assert len(report["unresolved"]) == 8
+    html = _page(client, member, mine)
+    assert f"because node {node.hostname} has a maintenance window, and no other" in html
+    maintenance_cancel(window=window, actor=platform_admin)
+    assert 'data-testid="stranded-gpus"' not in _page(client, member, mine)
