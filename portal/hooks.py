@@ -11,6 +11,9 @@ Subscribers come from two places, called in this order:
   a deployment switches on;
 - `subscribe(event, func)`, called from an app's `AppConfig.ready()`.
 
+A lower app that needs an *answer* from a higher one asks a declared query instead
+(`portal.queries`); events only notify.
+
 Subscribers run synchronously, in the emitter's transaction, in order: an exception rolls the
 emitter's change back (an integration can refuse a booking), so subscribers must be quick and
 must raise only to refuse.
@@ -43,19 +46,15 @@ def subscribers(event: str) -> list[Callable]:
     return [*_from_settings(event), *_subscribed.get(event, ())]
 
 
-def emit(event: str, **kwargs) -> list:
-    """Call every subscriber of `event` with the keyword arguments; returns their results."""
-    return [func(**kwargs) for func in subscribers(event)]
+def emit(event: str, **kwargs) -> None:
+    """Call every subscriber of `event` with the keyword arguments. Events notify: what a
+    subscriber returns is not read (a question for the apps above is a `portal.queries`)."""
+    from portal.queries import QUERIES  # noqa: PLC0415 - queries builds on this module
 
-
-def emit_merged(event: str, **kwargs) -> dict:
-    """`emit` for events whose subscribers answer {key: {field: value}} for many objects at
-    once: the answers merged into one dict per key (an empty answer counts as none)."""
-    merged: dict = {}
-    for answer in emit(event, **kwargs):
-        for key, fields in (answer or {}).items():
-            merged.setdefault(key, {}).update(fields)
-    return merged
+    if event in QUERIES:
+        raise LookupError(f"{event!r} is a query: ask it through portal.queries")
+    for func in subscribers(event):
+        func(**kwargs)
 
 
 def reset_cache() -> None:

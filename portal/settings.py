@@ -422,9 +422,6 @@ RESERVATION_MAX_DURATION_HOURS = env.int("RESERVATION_MAX_DURATION_HOURS", defau
 RESERVATION_MAX_ADVANCE_DAYS = env.int("RESERVATION_MAX_ADVANCE_DAYS", default=30)
 RESERVATION_MAX_GPUS = env.int("RESERVATION_MAX_GPUS", default=64)
 RESERVATION_REMINDER_MINUTES = env.int("RESERVATION_REMINDER_MINUTES", default=30)
-RESERVATION_BUDGET_CHECK = env.str(
-    "RESERVATION_BUDGET_CHECK", default="apps.billing.services.check_booking_budget"
-)
 CELERY_BEAT_SCHEDULE["reservations-lifecycle"] = {
     "task": "reservations.lifecycle_tick",
     "schedule": 60.0,

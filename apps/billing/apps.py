@@ -9,9 +9,12 @@ class BillingConfig(AppConfig):
     def ready(self) -> None:
         from apps.billing.member_costs import member_costs_hook
         from apps.billing.selectors import price_gpu_hours
-        from portal import hooks
+        from apps.billing.services import check_booking_budget
+        from portal import queries
 
         # The what-if page (jobs) prices replayed GPU-hours with the rate cards.
-        hooks.subscribe("gpu_hours.price", price_gpu_hours)
+        queries.answer("gpu_hours.price", price_gpu_hours)
         # The team page (teams) shows the team's cost by member this month.
-        hooks.subscribe("teams.member_costs", member_costs_hook)
+        queries.answer("teams.member_costs", member_costs_hook)
+        # Booking admission (reservations) refuses what a block-mode budget cannot pay.
+        queries.answer("reservations.budget_check", check_booking_budget)

@@ -100,7 +100,7 @@ def daily_spend(*, team, period: BillingPeriod) -> list[tuple]:
 def price_gpu_hours(*, hours_by_model: dict, at) -> Decimal | None:
     """List price of GPU-hours per model {model name: (hours, of which over quota)} at the
     rates in force at `at`, over-quota hours at the multiplier; None when a model has no rate
-    card. Answers the `gpu_hours.price` hook (the what-if page)."""
+    card. Answers the `gpu_hours.price` query (the what-if page)."""
     rates = RateBook(start=at, end=at + timedelta(seconds=1))
     total = Decimal(0)
     for model, (hours, over) in hours_by_model.items():

@@ -432,7 +432,7 @@ def _email_budget_alert(budget: Budget, threshold: int, spent: Decimal) -> None:
 
 
 def check_booking_budget(*, team, gpu_model, count, start, end, over_quota_gpus=0) -> None:
-    """The reservation budget hook (settings.RESERVATION_BUDGET_CHECK): a team in `block` mode
+    """Answers the `reservations.budget_check` query (portal.queries): a team in `block` mode
     cannot book more than is left of its budget in any month the booking falls in; each
     month's part of the booking is weighed against that month's budget. The booking is priced
     as it will be charged (`pricing.price_holding`): `over_quota_gpus` of its GPUs at the

@@ -8,9 +8,9 @@ class EfficiencyConfig(AppConfig):
 
     def ready(self) -> None:
         from apps.efficiency.selectors import job_figures, member_figures, reservation_figures
-        from portal import hooks
+        from portal import queries
 
         # Job, booking and team pages (lower apps) show efficiency and cost through these.
-        hooks.subscribe("jobs.figures", job_figures)
-        hooks.subscribe("reservations.figures", reservation_figures)
-        hooks.subscribe("teams.member_figures", member_figures)
+        queries.answer("jobs.figures", job_figures)
+        queries.answer("reservations.figures", reservation_figures)
+        queries.answer("teams.member_figures", member_figures)

@@ -6,7 +6,7 @@ from django.utils import timezone
 from apps.fleet.choices import GpuHealth, GpuStatus, NodeStatus
 from apps.fleet.models import Gpu, GpuModel, MaintenanceWindow, Node
 from apps.fleet.transitions import gpu_operations, node_operations
-from portal import hooks
+from portal import queries
 
 
 def node_list() -> QuerySet[Node]:
@@ -48,7 +48,7 @@ def fleet_overview() -> list[Node]:
     )
     # What integrations know of each node (Slurm's state and reason), from their last reading.
     notes: dict[str, str] = {}
-    for answer in hooks.emit("fleet.node_notes", nodes=nodes):
+    for answer in queries.ask("fleet.node_notes", nodes=nodes):
         notes.update(answer or {})
     for node in nodes:
         node.scheduler_note = notes.get(node.hostname, "")

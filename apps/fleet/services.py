@@ -21,7 +21,7 @@ from apps.fleet.transitions import (
     NODE_TRANSITIONS,
     undrained_status,
 )
-from portal import hooks
+from portal import hooks, queries
 from portal.exceptions import ConflictError, PolicyRefusal
 from portal.roles import is_platform_admin
 
@@ -35,10 +35,10 @@ class StateChange:
 
 
 def _relocate_bookings(gpu_ids: list[int], actor, *, during=None) -> dict:
-    """GPUs leave service: the subscribers of `gpus.leaving_service` (reservations: move the
+    """GPUs leave service: the answerers of `gpus.leaving_service` (reservations: move the
     bookings on them) report what they did; their reports are merged."""
     relocation: dict[str, list] = {"moved": [], "unresolved": []}
-    for report in hooks.emit("gpus.leaving_service", gpu_ids=gpu_ids, actor=actor, during=during):
+    for report in queries.ask("gpus.leaving_service", gpu_ids=gpu_ids, actor=actor, during=during):
         for key, items in report.items():
             relocation.setdefault(key, []).extend(items)
     return relocation

@@ -9,11 +9,11 @@ class JobsConfig(AppConfig):
     def ready(self) -> None:
         from apps.jobs.selectors import job_busy_intervals
         from apps.jobs.services import jobs_kill_stale_attempts, jobs_requeue_for_node
-        from portal import hooks
+        from portal import hooks, queries
 
         # Telemetry (through fleet) declares a node lost; its jobs are requeued.
         hooks.subscribe("node.lost", jobs_requeue_for_node)
         # It reports again: whatever it may still run of the attempts stopped meanwhile is killed.
         hooks.subscribe("node.back", jobs_kill_stale_attempts)
         # Availability of GPUs for bookings counts the GPUs running jobs hold.
-        hooks.subscribe("gpus.busy_intervals", job_busy_intervals)
+        queries.answer("gpus.busy_intervals", job_busy_intervals)

@@ -15,7 +15,7 @@ from apps.jobs.scheduler.core import queue_order_key
 from apps.teams.models import Team
 from apps.teams.quota_rule import job_held_until
 from apps.teams.selectors import quota_table
-from portal import hooks
+from portal import queries
 
 
 def job_list(*, user) -> QuerySet[Job]:
@@ -78,11 +78,11 @@ def job_busy_intervals(
 
 
 def with_figures(jobs) -> list[Job]:
-    """The jobs, each with `figures`: what higher apps add through the `jobs.figures` hook
+    """The jobs, each with `figures`: what higher apps add through the `jobs.figures` query
     (efficiency, cost so far, estimated cost of a waiting job), {} when nothing answers.
     Subscribers answer for the whole list at once, so a page costs a fixed number of queries."""
     jobs = list(jobs)
-    figures = hooks.emit_merged("jobs.figures", jobs=jobs)
+    figures = queries.ask_merged("jobs.figures", jobs=jobs)
     for job in jobs:
         job.figures = figures.get(job.pk, {})
     return jobs

@@ -22,7 +22,7 @@ from apps.jobs.scheduler.state import GpuInfo, TeamQuota
 from apps.jobs.scheduler.team_metrics import compare_teams, team_metrics
 from apps.outbox.services import outbox_send_task
 from apps.teams.models import Quota
-from portal import hooks
+from portal import queries
 
 WINDOWS = {"7d": timedelta(days=7), "30d": timedelta(days=30)}
 # Fewer jobs than this say nothing about how quotas shape waits; the page says so instead of
@@ -86,10 +86,10 @@ def _team_quotas(proposals: list[QuotaProposal]) -> list[TeamQuota]:
 
 
 def _cost(result: ReplayResult, team: str, at: datetime) -> Decimal | None:
-    """Price of the team's replayed GPU-hours, from whoever answers the `gpu_hours.price` hook
+    """Price of the team's replayed GPU-hours, from whoever answers the `gpu_hours.price` query
     (billing: rate cards, over-quota hours at the multiplier); None without prices."""
     hours = result.team_model_gpu_hours.get(team, {})
-    answers = [a for a in hooks.emit("gpu_hours.price", hours_by_model=hours, at=at) if a]
+    answers = [a for a in queries.ask("gpu_hours.price", hours_by_model=hours, at=at) if a]
     return answers[0] if answers else None
 
 

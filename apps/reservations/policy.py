@@ -1,10 +1,11 @@
-"""Booking policy knobs (from settings) and the budget hook billing will fill in."""
+"""Booking policy knobs (from settings) and the budget check billing answers."""
 
 from dataclasses import dataclass
 from datetime import timedelta
 
 from django.conf import settings
-from django.utils.module_loading import import_string
+
+from portal import queries
 
 
 @dataclass(frozen=True)
@@ -26,11 +27,7 @@ class BookingPolicy:
         )
 
 
-def allow_any_budget(*, team, gpu_model, count, start, end, over_quota_gpus=0) -> None:
-    """Default budget check: allows everything. Billing replaces it through
-    RESERVATION_BUDGET_CHECK with one that raises PolicyRefusal(code="budget_exhausted")."""
-    return None
-
-
 def budget_check(**booking) -> None:
-    import_string(settings.RESERVATION_BUDGET_CHECK)(**booking)
+    """Raises PolicyRefusal when an answerer of the `reservations.budget_check` query (billing)
+    refuses the booking; allows it when nothing answers."""
+    queries.ask("reservations.budget_check", **booking)

@@ -17,19 +17,19 @@ from apps.reservations.policy import BookingPolicy
 from apps.teams.models import Quota, Team
 from apps.teams.quota_rule import Holdings, QuotaRow, QuotaRule, Verdict
 from apps.teams.selectors import team_quota_rule
-from portal import hooks
+from portal import queries
 
 
 def busy_elsewhere(
     *, start, end, gpu_ids=None, gpu_model=None, team=None
 ) -> list[tuple[int, int, int]]:
     """(gpu_id, start_s, end_s) of GPUs held by something other than bookings over [start,
-    end), by `team` if given: the subscribers of `gpus.busy_intervals` (jobs: running jobs
-    outside bookings, until their maximum runtime). Higher layers answer through the hook;
+    end), by `team` if given: the answers to the `gpus.busy_intervals` query (jobs: running jobs
+    outside bookings, until their maximum runtime). Higher layers answer the query;
     reservations never imports them."""
     return [
         interval
-        for intervals in hooks.emit(
+        for intervals in queries.ask(
             "gpus.busy_intervals",
             start=start,
             end=end,
@@ -448,7 +448,7 @@ def with_figures(reservations) -> list[Reservation]:
     `reservations.figures` hook (efficiency, cost so far), {} when nothing answers; one answer
     per subscriber for the whole list."""
     reservations = list(reservations)
-    figures = hooks.emit_merged("reservations.figures", reservations=reservations)
+    figures = queries.ask_merged("reservations.figures", reservations=reservations)
     for reservation in reservations:
         reservation.figures = figures.get(reservation.pk, {})
     return reservations

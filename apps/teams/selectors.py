@@ -7,7 +7,7 @@ from apps.fleet.models import Gpu, GpuModel
 from apps.teams.choices import GlobalRole, TeamRole
 from apps.teams.models import Membership, Quota, Team, User
 from apps.teams.quota_rule import QuotaRow, QuotaRule
-from portal import hooks
+from portal import queries
 
 
 def team_list(*, user) -> QuerySet[Team]:
@@ -38,14 +38,14 @@ def quota_table(*, teams=None, now: datetime | None = None) -> list[dict]:
     much of it is borrowed above the guarantee) and at its peak over the next 7 days
     (bookings and running jobs), and what it may still take then (the quota rule: a model's
     row and the team's any-model row both bound it). Holdings come
-    from the `quota.usage` hook (reservations answers it), so teams needs nothing from the
+    from the `quota.usage` query (reservations answers it), so teams needs nothing from the
     layers above it."""
     quotas = list(Quota.objects.select_related("team", "gpu_model"))
     if teams is not None:
         wanted = {team.pk for team in teams}
         quotas = [quota for quota in quotas if quota.team_id in wanted]
     usage: dict[int, dict] = {}
-    for answer in hooks.emit("quota.usage", quotas=quotas, now=now or timezone.now()):
+    for answer in queries.ask("quota.usage", quotas=quotas, now=now or timezone.now()):
         usage.update(answer)
     none = {"in_use": 0, "peak_7d": 0}
     rule = QuotaRule(_row(quota) for quota in quotas)
@@ -109,9 +109,9 @@ def guarantee_pressure() -> list[dict]:
 
 def member_figures(*, team: Team, viewer) -> dict[int, dict]:
     """Per user id: what higher apps report about the member's use of GPUs (the
-    `teams.member_figures` hook: efficiency over the last weeks). Team admins, finance and
+    `teams.member_figures` query: efficiency over the last weeks). Team admins, finance and
     platform admins see every member's; a member sees their own."""
-    figures = hooks.emit_merged("teams.member_figures", team=team)
+    figures = queries.ask_merged("teams.member_figures", team=team)
     if (
         viewer.sees_all_teams
         or Membership.objects.filter(team=team, user=viewer, role=TeamRole.TEAM_ADMIN).exists()
@@ -122,10 +122,10 @@ def member_figures(*, team: Team, viewer) -> dict[int, dict]:
 
 def member_costs(*, team: Team, viewer, month_text: str | None = None) -> dict | None:
     """The team's cost by member this month, from whoever answers the `teams.member_costs`
-    hook (billing), or None when nothing does. Team admins, finance and platform admins see
+    query (billing), or None when nothing does. Team admins, finance and platform admins see
     every member, the team's adjustments and its total; a member sees their own row. The
     month is YYYY-MM text the answering app reads (default: this month)."""
-    answers = hooks.emit("teams.member_costs", team=team, month_text=month_text)
+    answers = queries.ask("teams.member_costs", team=team, month_text=month_text)
     answers = [answer for answer in answers if answer]
     if not answers:
         return None

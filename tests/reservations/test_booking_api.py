@@ -5,6 +5,7 @@ from django.core import mail
 
 from apps.audit.models import AuditEvent
 from apps.reservations.models import Reservation, ReservationGpu
+from portal import hooks
 from tests.conftest import client_for
 from tests.reservations.conftest import booking
 
@@ -82,8 +83,15 @@ def test_any_model_quota_caps_all_models_together(member, team, fleet, tomorrow_
     )
 
 
-def test_budget_hook_refusal_is_403_and_writes_nothing(member, quotas, tomorrow_9, settings):
-    settings.RESERVATION_BUDGET_CHECK = "tests.reservations.test_booking_api.refuse_budget"
+@pytest.fixture
+def budget_refuses(settings):
+    settings.PORTAL_HOOKS = {"reservations.budget_check": [f"{__name__}.refuse_budget"]}
+    hooks.reset_cache()
+    yield
+    hooks.reset_cache()
+
+
+def test_budget_refusal_is_403_and_writes_nothing(member, quotas, tomorrow_9, budget_refuses):
     response = client_for(member).post(URL, booking(count=1, start=tomorrow_9), format="json")
     assert response.status_code == 403
     assert response.json()["code"] == "budget_exhausted"

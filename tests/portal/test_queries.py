@@ -1,0 +1,110 @@
+"""Every query a lower app asks the apps above it is declared once, answered by the app the
+declaration names, and answered in the declared shape (portal.queries)."""
+
+from datetime import timedelta
+from decimal import Decimal
+
+import pytest
+from django.utils import timezone
+
+from apps.fleet.models import Gpu, Node
+from apps.jobs.models import Job
+from apps.reservations.models import Reservation
+from apps.teams.models import Quota
+from portal import hooks, queries
+from tests.factories import MembershipFactory, TeamFactory, make_booking, make_node_with_gpus
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def world():
+    now = timezone.now()
+    node = make_node_with_gpus("gpu-q-01", 2)
+    model = node.gpus.first().model
+    team = TeamFactory(slug="vision")
+    Quota.objects.create(team=team, gpu_model=model, guaranteed=1, limit=2)
+    user = MembershipFactory(team=team).user
+    return {"now": now, "team": team, "model": model, "user": user}
+
+
+def _arguments(name: str, world: dict) -> dict:
+    now, team, model = world["now"], world["team"], world["model"]
+    return {
+        "gpus.busy_intervals": {
+            "start": now,
+            "end": now + timedelta(hours=1),
+            "gpu_ids": list(Gpu.objects.values_list("pk", flat=True)),
+            "gpu_model": model,
+            "team": None,
+        },
+        "gpus.leaving_service": {"gpu_ids": [], "actor": None, "during": None},
+        "quota.usage": {"quotas": list(Quota.objects.all()), "now": now},
+        "reservations.budget_check": {
+            "team": team,
+            "gpu_model": model,
+            "count": 1,
+            "start": now + timedelta(hours=1),
+            "end": now + timedelta(hours=2),
+            "over_quota_gpus": 0,
+        },
+        "jobs.figures": {"jobs": list(Job.objects.all())},
+        "reservations.figures": {"reservations": list(Reservation.objects.all())},
+        "teams.member_figures": {"team": team},
+        "teams.member_costs": {"team": team, "month_text": None},
+        "gpu_hours.price": {"hours_by_model": {model.name: (2.0, 0.5)}, "at": now},
+        "fleet.node_notes": {"nodes": list(Node.objects.all())},
+    }[name]
+
+
+ANSWER_TYPES = {
+    "gpus.busy_intervals": list,
+    "gpus.leaving_service": dict,
+    "quota.usage": dict,
+    "reservations.budget_check": type(None),
+    "jobs.figures": dict,
+    "reservations.figures": dict,
+    "teams.member_figures": dict,
+    "teams.member_costs": (dict, type(None)),
+    "gpu_hours.price": (Decimal, type(None)),
+    "fleet.node_notes": dict,
+}
+
+
+def test_every_declared_query_has_a_test_here():
+    assert set(ANSWER_TYPES) == set(queries.QUERIES)
+
+
+@pytest.mark.parametrize("name", sorted(queries.QUERIES))
+def test_each_query_is_answered_by_the_declared_app_in_the_declared_shape(name, world):
+    query = queries.QUERIES[name]
+    answerers = hooks.subscribers(name)
+    if name == "fleet.node_notes":  # only the Slurm integration answers, when enabled
+        assert answerers == [] or all("slurm" in f.__module__ for f in answerers)
+    else:
+        owner = query.answered_by.split(" ")[0]
+        assert answerers and all(f.__module__.startswith(f"apps.{owner}.") for f in answerers)
+    for reply in queries.ask(name, **_arguments(name, world)):
+        assert isinstance(reply, ANSWER_TYPES[name]), (name, reply)
+
+
+def test_the_quota_usage_answer_counts_a_booking(world):
+    now, team, model = world["now"], world["team"], world["model"]
+    gpu = Gpu.objects.filter(model=model).first()
+    make_booking(team, world["user"], [gpu], now - timedelta(minutes=5), now + timedelta(hours=1))
+    (usage,) = queries.ask("quota.usage", quotas=list(Quota.objects.all()), now=now)
+    assert usage[Quota.objects.get().pk]["in_use"] == 1
+
+
+def test_asking_with_other_arguments_than_declared_is_refused():
+    with pytest.raises(TypeError, match="takes exactly jobs"):
+        queries.ask("jobs.figures", jobs=[], now=None)
+    with pytest.raises(LookupError):
+        queries.ask("jobs.undeclared")
+    with pytest.raises(LookupError):
+        queries.answer("jobs.undeclared", print)
+
+
+def test_a_query_cannot_be_emitted_as_an_event():
+    with pytest.raises(LookupError, match="is a query"):
+        hooks.emit("quota.usage", quotas=[], now=None)
