@@ -1,10 +1,10 @@
 """How the portal writes times, durations, counts and amounts for people: one rule for every page.
 
 Times: `{{ value|when }}` renders a `<time datetime="...">` element reading
-"Dec 4, 2026, 09:00 UTC" (in the server's zone, named). static/js/portal.js rewrites every such
-element into the reader's own zone in the same format ("Dec 4, 2026, 04:00 EST"), so a booking
-reads the same on every page, always with its zone. `when:"date"` and `when:"time"` give the
-date or the time alone, in the same zone.
+"Dec 4, 2026, 04:00 EST": in the reader's zone (the one active for the request, see
+portal/timezones.py), always named, with the UTC time as its tooltip, so a booking reads the same
+on every page. `when:"date"` and `when:"time"` give the date or the time alone, in the same
+zone. Messages and e-mails call `format_when`, which follows the same zone.
 
 Durations in human units ("10 min", "2 h 30 min"), numbers with thousands separators, amounts
 with their currency, and counts with the right plural ("1 GPU", "2 GPUs").
@@ -14,7 +14,7 @@ can use the filters without loading them; Python code (figure titles, messages) 
 functions.
 """
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
 
 from django import template
@@ -33,8 +33,8 @@ def _local(value: datetime) -> datetime:
 
 
 def format_when(value: datetime, style: str = "datetime") -> str:
-    """The text of a moment in the server's zone, the zone named: "Dec 4, 2026, 09:00 UTC".
-    static/js/portal.js writes the same format in the reader's zone."""
+    """The text of a moment in the current zone (the reader's, portal/timezones.py), the zone
+    named: "Dec 4, 2026, 04:00 EST". static/js/portal.js writes the same format."""
     local = _local(value)
     zone = local.tzname() or "UTC"
     date = f"{local:%b} {local.day}, {local.year}"
@@ -46,6 +46,15 @@ def format_when(value: datetime, style: str = "datetime") -> str:
     return f"{date}, {clock}"
 
 
+def format_span(start: datetime, end: datetime) -> str:
+    """[start, end) in the current zone, named: "Dec 5, 2026, 18:00 – 21:00 EST"; the end's
+    date is written when it falls on another day."""
+    local_start, local_end = _local(start), _local(end)
+    if local_start.date() == local_end.date():
+        return f"{format_when(start, 'date')}, {local_start:%H:%M} – {format_when(end, 'time')}"
+    return f"{format_when(start)} – {format_when(end)}"
+
+
 @register.filter(is_safe=True)
 def when(value, style: str = "datetime"):
     """A <time> element for an aware datetime (empty values give "—")."""
@@ -55,11 +64,20 @@ def when(value, style: str = "datetime"):
         return value
     if style not in TIME_STYLES:
         raise template.TemplateSyntaxError(f"when: style must be one of {TIME_STYLES}")
+    text = format_when(value, style)
+    if timezone.is_aware(value):
+        with timezone.override(UTC):
+            in_utc = format_when(value)
+        if in_utc != format_when(value):
+            return format_html(
+                '<time datetime="{}" data-style="{}" title="{}">{}</time>',
+                value.isoformat(),
+                style,
+                in_utc,
+                text,
+            )
     return format_html(
-        '<time datetime="{}" data-style="{}">{}</time>',
-        value.isoformat(),
-        style,
-        format_when(value, style),
+        '<time datetime="{}" data-style="{}">{}</time>', value.isoformat(), style, text
     )
 
 

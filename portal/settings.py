@@ -116,6 +116,8 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
+    # After authentication: pages, messages and forms use the reader's zone.
+    "apps.teams.middleware.UserTimeZoneMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     # Last, so it sees the lockout a failed login raises in the view.
     "axes.middleware.AxesMiddleware",
@@ -136,6 +138,7 @@ TEMPLATES = [
                 "django.contrib.messages.context_processors.messages",
                 "apps.teams.context_processors.roles",
                 "apps.sso.context_processors.login_options",
+                "portal.timezones.reader_zone",
             ],
             # One rule for times, durations, counts and money on every page (no {% load %}).
             "builtins": ["portal.formatting"],

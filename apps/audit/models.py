@@ -1,6 +1,8 @@
 from django.conf import settings
 from django.db import models
 
+from portal.formatting import format_when
+
 
 class AuditEvent(models.Model):
     """One administrative change: who did what to which object, with the state before and after.
@@ -33,4 +35,4 @@ class AuditEvent(models.Model):
 
     def __str__(self) -> str:
         actor = self.actor_name or "system"
-        return f"{self.created_at:%Y-%m-%d %H:%M} {actor} {self.action} {self.object_repr}"
+        return f"{format_when(self.created_at)} {actor} {self.action} {self.object_repr}"

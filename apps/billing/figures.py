@@ -14,6 +14,7 @@ from apps.billing.money import ExactSum
 from apps.billing.periods import month_bounds
 from portal.plotting import GREY, LAYOUT, PALETTE
 from portal.plotting import figure_json as _figure_json
+from portal.timezones import current_zone, local_day
 
 MONTHS_SHOWN = 6
 
@@ -83,8 +84,9 @@ def _burn_down(period, teams, now) -> dict:
     many times a month's spend so far: on the money axis they would flatten the spend lines to
     zero, so they get their own panel and axis."""
     start, end = month_bounds(period.month)
-    last_day = (end - timedelta(days=1)).date().isoformat()
-    days = [start.date().isoformat(), last_day]
+    # The UTC month as the reader's days: in New York it starts on the last evening before.
+    last_day = local_day(end - timedelta(seconds=1)).isoformat()
+    days = [local_day(start).isoformat(), last_day]
     # Two panels sharing the day axis, laid out by hand (make_subplots costs ~0.1 s a page).
     figure = go.Figure(
         layout={
@@ -97,9 +99,9 @@ def _burn_down(period, teams, now) -> dict:
                       "tickformat": "%b %-d"},
             "yaxis": {"title": {"text": f"Cumulative cost ({settings.BILLING_CURRENCY})"},
                       "domain": [0.42, 1], "rangemode": "tozero", "tickformat": ",.0f"},
-            # Whole UTC days, not moments: dashboards.js leaves them (and this title) as they are.
+            # Whole days in the reader's zone (dates, not moments: figure_json leaves them).
             "xaxis2": {"type": "date", "range": days, "anchor": "y2",
-                       "title": {"text": "Day, UTC"}},
+                       "title": {"text": f"Day ({current_zone().key})"}},
             "yaxis2": {"title": {"text": "Budget used (%)"}, "domain": [0, 0.34], "anchor": "x2",
                        "rangemode": "tozero", "ticksuffix": " %"},
         }

@@ -3,6 +3,7 @@ from django import forms
 from apps.billing.choices import Enforcement
 from apps.fleet.models import GpuModel
 from apps.teams.models import Team
+from portal.timezones import ZonedDateTimeField
 
 
 class RateCardForm(forms.Form):
@@ -13,8 +14,8 @@ class RateCardForm(forms.Form):
         min_value=0, max_digits=12, decimal_places=4, label="Price per GPU-hour"
     )
     currency = forms.RegexField(r"^[A-Za-z]{3}$", required=False, max_length=3)
-    effective_from = forms.DateTimeField(help_text="UTC, e.g. 2026-12-01 00:00")
-    effective_to = forms.DateTimeField(required=False)
+    effective_from = ZonedDateTimeField()
+    effective_to = ZonedDateTimeField(required=False)
     over_quota_multiplier = forms.DecimalField(
         min_value=0, max_digits=6, decimal_places=3, initial=1
     )
@@ -24,7 +25,7 @@ class RateCardForm(forms.Form):
 
 
 class RateCardEndForm(forms.Form):
-    effective_to = forms.DateTimeField(help_text="UTC")
+    effective_to = ZonedDateTimeField()
 
 
 class BudgetForm(forms.Form):

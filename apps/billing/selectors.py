@@ -1,9 +1,10 @@
 """Reads for prices, the ledger, budgets and periods."""
 
-from datetime import UTC, date, datetime, timedelta
+from datetime import date, datetime, timedelta
 from decimal import Decimal
 
 from django.db.models import Q, QuerySet
+from django.utils import timezone
 
 from apps.billing.choices import ChargeSource
 from apps.billing.models import BillingPeriod, Budget, BudgetAlert, LedgerEntry, RateCard
@@ -83,13 +84,14 @@ def burn_down(*, team, period: BillingPeriod, now: datetime) -> dict:
 
 
 def daily_spend(*, team, period: BillingPeriod) -> list[tuple]:
-    """(day, cost) of a team's ledger in the period, for the burn-down chart."""
+    """(day, cost) of a team's ledger in the period, for the burn-down chart; days are the
+    reader's (the current zone's)."""
     from django.db.models.functions import TruncDate
 
     rows = (
         ledger_for_period(period)
         .filter(team=team)
-        .annotate(day=TruncDate("slice_start", tzinfo=UTC))
+        .annotate(day=TruncDate("slice_start", tzinfo=timezone.get_current_timezone()))
         .values("day")
         .annotate(total=ExactSum("cost"))
         .order_by("day")

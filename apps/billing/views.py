@@ -17,6 +17,7 @@ from apps.billing.periods import month_bounds, month_start, parse_period
 from apps.billing.services import is_billing_admin
 from apps.teams.models import Team
 from portal.exceptions import ApplicationError, show_on_form
+from portal.timezones import current_zone
 
 
 def _require_billing_admin(user) -> None:
@@ -140,7 +141,11 @@ def rate_cards_view(request):
                     messages.success(request, f"Rate card for {card.gpu_model} ends then.")
                     return redirect("billing:rate-cards")
                 form = RateCardForm(initial={"currency": settings.BILLING_CURRENCY})
-                form.add_error(None, "Give the end time as YYYY-MM-DD HH:MM (UTC).")
+                form.add_error(
+                    None,
+                    "Give the end time as a date and time in your zone "
+                    f"({current_zone().key}): {' '.join(end_form.errors.get('effective_to', []))}",
+                )
             elif form.is_valid():
                 data = dict(form.cleaned_data)
                 services.rate_card_create(

@@ -25,7 +25,7 @@ PAGES = [
 
 def _render(request, page: str, build, *, extra=None):
     try:
-        filters = selectors.parse_filters(request.GET, request.user)
+        filters = selectors.parse_filters(request.GET, request.user, local=True)
     except selectors.TeamNotVisible as exc:
         raise Http404("No such team.") from exc
     except selectors.FilterError as exc:

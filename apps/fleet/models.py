@@ -3,6 +3,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from apps.fleet.choices import GpuHealth, GpuStatus, NodeStatus
+from portal.formatting import format_span
 
 
 class GpuModel(models.Model):
@@ -128,4 +129,4 @@ class MaintenanceWindow(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.node.hostname} maintenance {self.start:%Y-%m-%d %H:%M}–{self.end:%H:%M}"
+        return f"{self.node.hostname} maintenance {format_span(self.start, self.end)}"

@@ -1,5 +1,3 @@
-from datetime import UTC
-
 from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -15,6 +13,7 @@ from apps.fleet.models import Gpu, MaintenanceWindow, Node
 from apps.fleet.tables import GpuTable
 from portal.exceptions import ApplicationError
 from portal.roles import is_platform_admin
+from portal.timezones import ZonedDateTimeField
 
 OPERATIONS = {"drain", "undrain", "retire"}
 
@@ -124,15 +123,15 @@ def gpu_change_state_view(request, pk: int, operation: str):
 
 
 class MaintenanceForm(forms.Form):
-    start = forms.DateTimeField(widget=forms.DateTimeInput(attrs={"type": "datetime-local"}))
-    end = forms.DateTimeField(widget=forms.DateTimeInput(attrs={"type": "datetime-local"}))
+    start = ZonedDateTimeField()
+    end = ZonedDateTimeField()
     reason = forms.CharField(max_length=500)
 
 
 @login_required
 @require_POST
 def maintenance_schedule_view(request, pk: int):
-    """Times are UTC (the form says so); the API takes any zone."""
+    """Times are typed in the reader's zone (the form names it); the API takes any zone."""
     if not is_platform_admin(request.user):
         raise PermissionDenied("Only platform admins plan maintenance.")
     node = get_object_or_404(Node, pk=pk)
@@ -141,10 +140,13 @@ def maintenance_schedule_view(request, pk: int):
         for field, errors in form.errors.items():
             messages.error(request, f"{field}: {' '.join(errors)}")
         return redirect("fleet:fleet")
-    utc = {k: form.cleaned_data[k].replace(tzinfo=UTC) for k in ("start", "end")}
     try:
         _window, relocation = services.maintenance_schedule(
-            node=node, reason=form.cleaned_data["reason"], actor=request.user, **utc
+            node=node,
+            reason=form.cleaned_data["reason"],
+            actor=request.user,
+            start=form.cleaned_data["start"],
+            end=form.cleaned_data["end"],
         )
     except ValidationError as error:
         for message in error.messages:

@@ -9,14 +9,15 @@ from apps.teams.models import Team
 
 class LocalDateTimeField(forms.DateTimeField):
     """A datetime-local input; the browser sends its UTC offset in `tz_offset` (minutes, as JS
-    getTimezoneOffset gives it). Without JavaScript the time is read as UTC."""
+    getTimezoneOffset gives it). Without JavaScript the time is read in the reader's zone."""
 
     widget = forms.DateTimeInput(attrs={"type": "datetime-local", "step": 900})
 
 
 def _apply_offset(value, offset_minutes: int | None):
-    if value is None:
-        return None
+    if value is None or offset_minutes is None:
+        # Without the browser's offset the field has read the time in the reader's zone.
+        return value
     # The field made the typed wall time aware in the server's zone (TIME_ZONE); undo that in
     # the same zone to get the typed time back, then shift it by the browser's offset.
     naive = timezone.make_naive(value) if timezone.is_aware(value) else value

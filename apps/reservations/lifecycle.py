@@ -6,10 +6,10 @@ from datetime import datetime
 from django.db import transaction
 from django.utils import timezone
 
-from apps.outbox.services import outbox_send_mail
 from apps.reservations.choices import OPEN_STATUSES, ReservationStatus
 from apps.reservations.models import Reservation
 from apps.reservations.policy import BookingPolicy
+from apps.teams.services import mail_in_their_zones
 from portal.formatting import format_when
 
 logger = logging.getLogger(__name__)
@@ -46,11 +46,13 @@ def reservation_lifecycle_tick(*, now: datetime | None = None) -> dict[str, int]
             reservation.reminder_sent_at = now
             reservation.save(update_fields=["reminder_sent_at"])
             minutes = int((reservation.end - now).total_seconds() // 60)
-            outbox_send_mail(
+            mail_in_their_zones(
+                users=[reservation.created_by],
                 subject=f"GPU reservation #{reservation.pk} ends in {minutes} minutes",
-                body=f"{reservation} ends at {format_when(reservation.end)}. "
-                "Extend it in the portal if you need more time and its GPUs are free.\n",
-                recipients=[reservation.created_by.email],
+                body=lambda reservation=reservation: (
+                    f"{reservation} ends at {format_when(reservation.end)}. "
+                    "Extend it in the portal if you need more time and its GPUs are free.\n"
+                ),
             )
             reminded += 1
     return {"activated": activated, "completed": completed, "reminded": reminded}

@@ -4,6 +4,7 @@ from django.db.models import F, Q
 
 from apps.reservations.choices import OPEN_STATUSES, ReservationStatus
 from apps.teams.models import TeamOwnedQuerySet
+from portal.formatting import format_span
 
 
 class Reservation(models.Model):
@@ -59,9 +60,8 @@ class Reservation(models.Model):
         ]
 
     def __str__(self) -> str:
-        return (
-            f"#{self.pk} {self.team.slug} {self.count}x{self.gpu_model} {self.start:%Y-%m-%d %H:%M}"
-        )
+        span = format_span(self.start, self.end)
+        return f"#{self.pk} {self.team.slug} {self.count}x{self.gpu_model} {span}"
 
     @property
     def duration(self):
@@ -117,4 +117,4 @@ class ReservationGpu(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.gpu_id} [{self.start:%Y-%m-%d %H:%M}, {self.end:%Y-%m-%d %H:%M})"
+        return f"{self.gpu_id} {format_span(self.start, self.end)}"

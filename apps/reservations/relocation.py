@@ -4,6 +4,7 @@ Fleet reaches this through the `gpus.leaving_service` hook."""
 
 import logging
 from datetime import datetime
+from functools import partial
 
 from django.db import transaction
 from django.utils import timezone
@@ -130,9 +131,12 @@ def _notify_stranded(
     notify_team(
         reservation,
         f"GPU reservation #{reservation.pk} lost {lost}",
-        f"{', '.join(gpus)} left service because {why}, and no other "
-        f"{reservation.gpu_model.name} GPU is free until {format_when(reservation.end)}. "
-        f"{rest}\nThe booking's page shows which GPUs are affected.\n",
+        # Written once per recipient zone, so the end is formatted then.
+        lambda: (
+            f"{', '.join(gpus)} left service because {why}, and no other "
+            f"{reservation.gpu_model.name} GPU is free until {format_when(reservation.end)}. "
+            f"{rest}\nThe booking's page shows which GPUs are affected.\n"
+        ),
     )
 
 
@@ -151,8 +155,15 @@ def _notify_moved(moved: list[dict]) -> None:
         notify_team(
             reservation,
             f"GPU reservation #{pk} moved to {', '.join(nodes)}",
-            f"{len(entries)} GPU(s) of your booking #{pk} ({reservation.gpu_model.name}, "
-            f"{format_when(reservation.start)} - {format_when(reservation.end)}) left "
-            f"service, so the booking now uses other GPUs of the same model:\n{lines}"
-            "Point your jobs at the new node; the booking's times are unchanged.\n",
+            partial(_moved_body, reservation, entries, lines),
         )
+
+
+def _moved_body(reservation: Reservation, entries: list[dict], lines: str) -> str:
+    return (
+        f"{len(entries)} GPU(s) of your booking #{reservation.pk} "
+        f"({reservation.gpu_model.name}, {format_when(reservation.start)} - "
+        f"{format_when(reservation.end)}) left service, so the booking now uses other GPUs "
+        f"of the same model:\n{lines}"
+        "Point your jobs at the new node; the booking's times are unchanged.\n"
+    )

@@ -12,6 +12,7 @@ Invariants held here:
 """
 
 import logging
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from decimal import Decimal
 
@@ -22,15 +23,15 @@ from django.utils import timezone
 
 from apps.audit.services import audit_record
 from apps.fleet.models import Gpu, GpuModel
-from apps.outbox.services import outbox_send_mail
 from apps.reservations import availability, selectors
 from apps.reservations.choices import OPEN_STATUSES, ReservationStatus
 from apps.reservations.models import Reservation, ReservationGpu
 from apps.reservations.policy import BookingPolicy, budget_check
 from apps.teams.choices import TeamRole
-from apps.teams.models import Membership, Quota, Team
+from apps.teams.models import Membership, Quota, Team, User
 from apps.teams.permissions import is_platform_admin
 from apps.teams.quota_rule import Verdict
+from apps.teams.services import mail_in_their_zones
 from portal import hooks
 from portal.exceptions import ConflictError, PolicyRefusal
 from portal.formatting import format_count, format_when
@@ -335,13 +336,14 @@ def _require_open(reservation: Reservation, verb: str) -> None:
         )
 
 
-def notify_team(reservation: Reservation, subject: str, body: str) -> None:
+def notify_team(reservation: Reservation, subject: str, body: str | Callable[[], str]) -> None:
     """Email the booker and the team's admins once the transaction commits (through the outbox:
-    a mail server that is down delays the notice, never loses it)."""
-    admins = Membership.objects.filter(
-        team_id=reservation.team_id, role=TeamRole.TEAM_ADMIN
-    ).values_list("user__email", flat=True)
-    outbox_send_mail(subject=subject, body=body, recipients=[reservation.created_by.email, *admins])
+    a mail server that is down delays the notice, never loses it). Each reads it in their own
+    time zone: a `body` callable is written once per zone (apps.teams.services)."""
+    admins = User.objects.filter(
+        memberships__team_id=reservation.team_id, memberships__role=TeamRole.TEAM_ADMIN
+    )
+    mail_in_their_zones(users={reservation.created_by, *admins}, subject=subject, body=body)
 
 
 @transaction.atomic
@@ -379,7 +381,7 @@ def reservation_cancel(*, reservation: Reservation, actor, reason: str = "") -> 
         notify_team(
             reservation,
             f"Your GPU reservation #{reservation.pk} was cancelled by a platform admin",
-            f"{reservation} was cancelled by {actor.get_username()}.\n\nReason: {reason}\n",
+            lambda: f"{reservation} was cancelled by {actor.get_username()}.\n\nReason: {reason}\n",
         )
     return reservation
 
@@ -482,6 +484,6 @@ def reservation_release(*, reservation: Reservation, reason: str, actor=None) ->
     notify_team(
         reservation,
         f"Your GPU reservation #{reservation.pk} was released",
-        f"{reservation} was released early: {reason}\n",
+        lambda: f"{reservation} was released early: {reason}\n",
     )
     return reservation

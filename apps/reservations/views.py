@@ -22,6 +22,7 @@ from apps.teams.models import Team
 from portal.exceptions import ApplicationError, show_on_form
 from portal.formatting import format_when
 from portal.tables import configure
+from portal.timezones import local_day, local_days
 
 WHEN = {
     "upcoming": ("Upcoming", [ReservationStatus.SCHEDULED]),
@@ -103,21 +104,22 @@ def reservation_detail_view(request, pk: int):
 
 
 def _timeline_rows(gpu_model, team=None, *, days: int = 7, bucket_hours: int = 3):
-    """Free GPUs per block for whole UTC days from today (no more than `team` may book), as
-    rows of (moment, free, past); every row has the same blocks so the columns line up."""
+    """Free GPUs per block for whole days from today in the reader's zone (no more than `team`
+    may book), as rows of (day, [(moment, free, past)]); blocks run from the reader's midnight
+    today, so a booking made for a Saturday evening is in Saturday's row."""
     now = timezone.now()
-    start = now.replace(hour=0, minute=0, second=0, microsecond=0)
     bucket = timedelta(hours=bucket_hours)
+    span = local_days(local_day(now), days)
     points = selectors.free_capacity(
         gpu_model=gpu_model,
-        start=start,
-        end=start + timedelta(days=days),
+        start=span[0][1],
+        end=span[-1][2],
         bucket=bucket,
         team=team,
     )
     rows = defaultdict(list)
     for moment, free in points:
-        rows[moment.date()].append((moment, free, moment + bucket <= now))
+        rows[local_day(moment)].append((moment, free, moment + bucket <= now))
     return list(rows.items())
 
 
@@ -248,19 +250,15 @@ def reservation_extend_view(request, pk: int):
 def team_calendar_view(request, slug: str):
     team = get_object_or_404(Team.objects.for_user(request.user), slug=slug)
     now = timezone.now()
-    start = now.replace(hour=0, minute=0, second=0, microsecond=0)
-    reservations = (
+    days = local_days(local_day(now), 14)
+    reservations = list(
         selectors.reservation_list(user=request.user)
-        .filter(
-            team=team, status__in=OPEN_STATUSES, end__gt=now, start__lt=start + timedelta(days=14)
-        )
+        .filter(team=team, status__in=OPEN_STATUSES, end__gt=now, start__lt=days[-1][2])
         .order_by("start", "id")
     )
-    days = []
-    for offset in range(14):
-        day_start = start + timedelta(days=offset)
-        day_end = day_start + timedelta(days=1)
-        days.append(
-            (day_start.date(), [r for r in reservations if r.start < day_end and r.end > day_start])
-        )
+    # Laid out by the reader's days: a Saturday-evening booking in New York is on Saturday.
+    days = [
+        (day, [r for r in reservations if r.start < day_end and r.end > day_start])
+        for day, day_start, day_end in days
+    ]
     return render(request, "reservations/team_calendar.html", {"team": team, "days": days})

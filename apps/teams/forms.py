@@ -5,6 +5,7 @@ from apps.fleet.models import GpuModel
 from apps.teams.choices import TeamRole
 from apps.teams.models import Team, User
 from apps.teams.services import quota_numbers_check
+from portal.timezones import zone_names
 
 
 class MembershipAddForm(forms.Form):
@@ -105,3 +106,14 @@ class TeamCreateForm(forms.Form):
             "cost_center": data.get("cost_center", ""),
             "quotas": data["quotas"],
         }
+
+
+class TimeZoneForm(forms.Form):
+    time_zone = forms.ChoiceField(
+        label="Time zone",
+        help_text="Pages, forms and e-mails show and read times in this zone.",
+    )
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["time_zone"].choices = [(name, name) for name in zone_names()]

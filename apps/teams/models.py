@@ -12,6 +12,9 @@ class User(AbstractUser):
     global_role = models.CharField(
         max_length=32, choices=GlobalRole.choices, default=GlobalRole.NONE, blank=True
     )
+    # Pages and e-mails show times in this zone (an IANA name); empty until the user picks one
+    # or their browser first reports its zone (portal/timezones.py).
+    time_zone = models.CharField(max_length=64, blank=True, default="")
 
     @property
     def is_platform_admin(self) -> bool:

@@ -1,5 +1,8 @@
 """Team membership changes. Team admins manage their own team; platform admins any team."""
 
+from collections import defaultdict
+from collections.abc import Callable
+
 from django.contrib.auth import SESSION_KEY
 from django.contrib.sessions.models import Session
 from django.core.exceptions import ValidationError
@@ -7,11 +10,13 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from apps.audit.services import audit_record
+from apps.outbox.services import outbox_send_mail
 from apps.teams.choices import TeamRole
 from apps.teams.models import Membership, Quota, Team, User
 from apps.teams.permissions import can_manage_team, is_platform_admin
 from portal import hooks
 from portal.exceptions import ConflictError, PolicyRefusal
+from portal.timezones import in_zone, zone_or_none
 
 
 def _require_manager(actor, team: Team) -> None:
@@ -208,3 +213,48 @@ def team_create(*, slug: str, name: str, cost_center: str = "", quotas=(), actor
     for gpu_model, guaranteed, limit in quotas:
         quota_set(team=team, gpu_model=gpu_model, guaranteed=guaranteed, limit=limit, actor=actor)
     return team
+
+
+def user_time_zone_set(*, user: User, name: str) -> User:
+    """Show this user's pages and e-mails in the zone `name` (an IANA name such as
+    "America/New_York"); ValidationError for a name the portal does not know."""
+    if zone_or_none(name) is None:
+        raise ValidationError(
+            f"“{name[:64]}” is not a time zone the portal knows; choose one from the list, "
+            "such as America/New_York or Europe/Berlin.",
+            code="unknown_time_zone",
+        )
+    if user.time_zone != name:
+        user.time_zone = name
+        user.save(update_fields=["time_zone"])
+    return user
+
+
+def user_time_zone_learn(*, user: User, name: str) -> bool:
+    """Remember the zone the user's browser reports when they have none yet, so that e-mails
+    sent to them use it too. A chosen zone is kept. True when the zone was stored."""
+    if user.time_zone or zone_or_none(name) is None:
+        return False
+    updated = User.objects.filter(pk=user.pk, time_zone="").update(time_zone=name)
+    if updated:
+        user.time_zone = name
+    return bool(updated)
+
+
+def mail_in_their_zones(
+    *, users, subject: str | Callable[[], str], body: str | Callable[[], str]
+) -> int:
+    """Email `users` (inactive ones and those without an address are left out), each in their
+    own time zone: `subject` and `body`, when callables, are written once per zone with that
+    zone active, so every time in them (`format_when`, a reservation's name) reads as the
+    recipient reads the portal. One outbox message per zone; returns how many were queued."""
+    by_zone: dict[str, set[str]] = defaultdict(set)
+    for user in users:
+        if user.is_active and user.email:
+            by_zone[user.time_zone].add(user.email)
+    for zone_name, emails in sorted(by_zone.items()):
+        with in_zone(zone_name):
+            text = body() if callable(body) else body
+            title = subject() if callable(subject) else subject
+        outbox_send_mail(subject=title, body=text, recipients=sorted(emails))
+    return len(by_zone)

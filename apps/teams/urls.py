@@ -8,6 +8,7 @@ urlpatterns = [
     path("new/", views.team_create_view, name="team-create"),
     path("platform-admins/", views.platform_admins_view, name="platform-admins"),
     path("token/", token_views.api_token_list_view, name="api-token"),
+    path("me/time-zone/", views.time_zone_view, name="time-zone"),
     path("token/<int:pk>/revoke/", token_views.api_token_revoke_view, name="api-token-revoke"),
     path("<slug:slug>/", views.team_detail_view, name="team-detail"),
     path(

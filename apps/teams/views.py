@@ -11,12 +11,19 @@ from apps.audit.selectors import audit_event_list
 from apps.fleet.models import GpuModel
 from apps.teams import selectors, services
 from apps.teams.choices import TeamRole
-from apps.teams.forms import MembershipAddForm, MembershipRoleForm, QuotaForm, TeamCreateForm
+from apps.teams.forms import (
+    MembershipAddForm,
+    MembershipRoleForm,
+    QuotaForm,
+    TeamCreateForm,
+    TimeZoneForm,
+)
 from apps.teams.models import Team
 from apps.teams.permissions import can_manage_team, is_finance, is_platform_admin
 from apps.teams.services import quota_set
 from portal.exceptions import ApplicationError, show_on_form
-from portal.formatting import format_count
+from portal.formatting import format_count, format_when
+from portal.timezones import BROWSER_ZONE_COOKIE, in_zone, zone_or_none
 
 
 @login_required
@@ -208,4 +215,30 @@ def quota_admin_view(request):
             "gpu_models": GpuModel.objects.order_by("name"),
             "history": audit_event_list(object_type="teams.quota")[:20],
         },
+    )
+
+
+@login_required
+def time_zone_view(request):
+    """The zone the user reads and types times in; the browser's zone is offered first."""
+    browser_zone = request.COOKIES.get(BROWSER_ZONE_COOKIE, "")
+    current = request.user.time_zone or (browser_zone if zone_or_none(browser_zone) else "")
+    form = TimeZoneForm(request.POST or None, initial={"time_zone": current or settings.TIME_ZONE})
+    if request.method == "POST" and form.is_valid():
+        try:
+            services.user_time_zone_set(user=request.user, name=form.cleaned_data["time_zone"])
+        except ValidationError as invalid:
+            show_on_form(form, invalid)
+        else:
+            with in_zone(request.user.time_zone):
+                messages.success(
+                    request,
+                    f"Times now read in {request.user.time_zone}: it is "
+                    f"{format_when(timezone.now())}.",
+                )
+            return redirect("teams:time-zone")
+    return render(
+        request,
+        "teams/time_zone.html",
+        {"form": form, "browser_zone": zone_or_none(browser_zone) and browser_zone},
     )

@@ -6,6 +6,7 @@ have run for the window (the minutely task does both, in that order).
 """
 
 from datetime import datetime, timedelta
+from functools import partial
 
 from django.conf import settings
 from django.db import transaction
@@ -112,9 +113,7 @@ def idle_bookings_check(*, now: datetime | None = None) -> dict[str, int]:
                 notify_team(
                     reservation,
                     f"GPU reservation #{reservation.pk} is idle",
-                    f"{reservation} has kept its GPUs at {below} since "
-                    f"{format_when(since)}. Unless they get busy, it is released in "
-                    f"{int(grace.total_seconds() // 60)} minutes so others can use them.\n",
+                    partial(_warning_body, reservation, below, since, grace),
                 )
             result["warned"] += 1
         elif now - warning.warned_at >= grace:
@@ -126,6 +125,15 @@ def idle_bookings_check(*, now: datetime | None = None) -> dict[str, int]:
             )
             result["released"] += 1
     return result
+
+
+def _warning_body(reservation, below: str, since: datetime, grace: timedelta) -> str:
+    # Written once per recipient zone (notify_team), so the times are formatted here.
+    return (
+        f"{reservation} has kept its GPUs at {below} since {format_when(since)}. Unless they "
+        f"get busy, it is released in {int(grace.total_seconds() // 60)} minutes so others "
+        "can use them.\n"
+    )
 
 
 def _minute(moment: datetime) -> datetime:

@@ -1,6 +1,7 @@
 from django.db import models
 
 from apps.telemetry.choices import ActivitySignal, IdleKind
+from portal.formatting import format_span
 
 
 def activity_signal(sm_active_avg: float | None) -> str:
@@ -236,7 +237,7 @@ class IdleInterval(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.kind} gpu {self.gpu_id} {self.start:%Y-%m-%d %H:%M}-{self.end:%H:%M}"
+        return f"{self.kind} gpu {self.gpu_id} {format_span(self.start, self.end)}"
 
 
 class IdleWarning(models.Model):
@@ -298,4 +299,4 @@ class LateSampleRange(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.start:%Y-%m-%d %H:%M} - {self.end:%H:%M}"
+        return format_span(self.start, self.end)

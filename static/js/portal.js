@@ -6,13 +6,27 @@ document.addEventListener("submit", (event) => {
   }
 });
 
-// One time rule (see portal/formatting.py): every <time datetime> reads "Dec 4, 2026, 04:00 EST",
-// in the reader's own zone and naming it; the server wrote the same format in its own zone.
+// One time rule (see portal/formatting.py and portal/timezones.py): the server renders every
+// time in the reader's zone, the one named on <html data-time-zone>. Tell it the browser's zone
+// (used until the reader chooses one), and write times made here (job.js) in the page's zone.
+const browserZone = Intl.DateTimeFormat().resolvedOptions().timeZone;
+if (browserZone && !document.cookie.split("; ").includes(`portal_tz=${browserZone}`)) {
+  document.cookie = `portal_tz=${browserZone}; path=/; max-age=31536000; SameSite=Lax`;
+}
 const portalTime = (() => {
-  const parts = new Intl.DateTimeFormat("en-US", {
-    year: "numeric", month: "short", day: "numeric",
-    hour: "2-digit", minute: "2-digit", hourCycle: "h23", timeZoneName: "short",
-  });
+  const pageZone = document.documentElement.dataset.timeZone || undefined;
+  let parts;
+  try {
+    parts = new Intl.DateTimeFormat("en-US", {
+      year: "numeric", month: "short", day: "numeric", timeZone: pageZone,
+      hour: "2-digit", minute: "2-digit", hourCycle: "h23", timeZoneName: "short",
+    });
+  } catch (error) {
+    parts = new Intl.DateTimeFormat("en-US", {
+      year: "numeric", month: "short", day: "numeric",
+      hour: "2-digit", minute: "2-digit", hourCycle: "h23", timeZoneName: "short",
+    });
+  }
   const format = (moment, style) => {
     const p = {};
     parts.formatToParts(moment).forEach((part) => { p[part.type] = part.value; });
@@ -26,14 +40,6 @@ const portalTime = (() => {
   return { format, zoneName };
 })();
 window.portalTime = portalTime;
-
-document.querySelectorAll("time[datetime]").forEach((el) => {
-  const moment = new Date(el.getAttribute("datetime"));
-  if (!Number.isNaN(moment.getTime())) {
-    el.title = el.textContent;
-    el.textContent = portalTime.format(moment, el.dataset.style || "datetime");
-  }
-});
 
 // Booking form: send the browser's UTC offset with the local start time, and let
 // "Use this slot" buttons fill the start field in local time.

@@ -12,6 +12,7 @@ from apps.fleet.models import GpuModel
 from apps.teams.models import Team
 from apps.telemetry.models import GpuHourRollup, GpuMinuteRollup
 from portal.exceptions import ApplicationError
+from portal.timezones import parse_local
 
 MAX_POINTS = 500
 MAX_SPAN = timedelta(days=400)
@@ -58,18 +59,26 @@ class Filters:
         }
 
 
-def _aware(value: str, name: str) -> datetime:
+def _aware(value: str, name: str, *, local: bool) -> datetime:
     parsed = parse_datetime(value)
     if parsed is None:
-        raise FilterError(f"{name} is not a date and time (use ISO 8601, e.g. 2026-01-31T09:00Z).")
+        example = "2026-01-31T09:00" if local else "2026-01-31T09:00Z"
+        raise FilterError(f"{name} is not a date and time (e.g. {example}).")
     if timezone.is_naive(parsed):
-        raise FilterError(f"{name} needs a time zone (e.g. 2026-01-31T09:00Z).")
+        if not local:
+            raise FilterError(f"{name} needs a time zone (e.g. 2026-01-31T09:00Z).")
+        try:
+            return parse_local(value)
+        except ValueError as invalid:
+            raise FilterError(str(invalid)) from None
     return parsed
 
 
-def parse_filters(params, user, *, now: datetime | None = None) -> Filters:
+def parse_filters(params, user, *, now: datetime | None = None, local: bool = False) -> Filters:
     """Filters from query parameters: range (24h, 7d, 30d or custom with start and end), team
-    (slug) and gpu_model (name). Raises FilterError (bad value) or TeamNotVisible."""
+    (slug) and gpu_model (name). With `local` (the pages' date-time pickers) a start or end
+    without a zone is read in the reader's zone; the API demands one. Raises FilterError (bad
+    value) or TeamNotVisible."""
     now = now or timezone.now()
     range_ = params.get("range") or ("custom" if params.get("start") else "24h")
     if range_ in RANGES:
@@ -78,8 +87,8 @@ def parse_filters(params, user, *, now: datetime | None = None) -> Filters:
     elif range_ == "custom":
         if not params.get("start"):
             raise FilterError("A custom range needs a start.")
-        start = _aware(params["start"], "start")
-        end = _aware(params["end"], "end") if params.get("end") else now
+        start = _aware(params["start"], "start", local=local)
+        end = _aware(params["end"], "end", local=local) if params.get("end") else now
         if end <= start:
             raise FilterError("The end must be after the start.")
         if end - start > MAX_SPAN:
