@@ -12,7 +12,7 @@ The zone is the one chosen on the user's settings page, else the one the browser
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import date, datetime, time, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 from functools import cache
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
@@ -93,8 +93,9 @@ def local_day(moment: datetime) -> date:
 
 
 def day_start(day: date) -> datetime:
-    """Midnight starting `day` in the current zone, aware."""
-    return timezone.make_aware(datetime.combine(day, time()), current_zone())
+    """Midnight starting `day` in the current zone, as an aware UTC time (Python subtracts and
+    compares two times of one zone by their wall clocks, which is wrong across a DST change)."""
+    return timezone.make_aware(datetime.combine(day, time()), current_zone()).astimezone(UTC)
 
 
 def local_days(first: date, count: int) -> list[tuple[date, datetime, datetime]]:

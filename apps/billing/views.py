@@ -120,41 +120,50 @@ def _period_end(period):
     return month_bounds(period.month)[1]
 
 
+def _rate_card_end(request, card: RateCard, end_form: RateCardEndForm) -> str | None:
+    """End `card` at the time typed (in the reader's zone); the refusal's text, or None."""
+    if not end_form.is_valid():
+        problems = " ".join(end_form.errors.get("effective_to", []))
+        return (
+            f"Give the end time as a date and time in your zone ({current_zone().key}). {problems}"
+        ).strip()
+    try:
+        services.rate_card_update(
+            actor=request.user, card=card, effective_to=end_form.cleaned_data["effective_to"]
+        )
+    except (ApplicationError, ValidationError) as refusal:
+        return " ".join(getattr(refusal, "messages", None) or [str(refusal)])
+    messages.success(request, f"Rate card for {card.gpu_model} ends then.")
+    return None
+
+
 @login_required
 def rate_cards_view(request):
     """Everyone sees the prices; finance and platform admins add rate cards and end them."""
     can_edit = is_billing_admin(request.user)
     form = RateCardForm(request.POST or None, initial={"currency": settings.BILLING_CURRENCY})
     end_form = RateCardEndForm(request.POST or None)
+    end_error = None
     if request.method == "POST":
         if not can_edit:
             raise PermissionDenied("Only finance users and platform admins may change prices.")
-        try:
-            if request.POST.get("card"):
-                card = get_object_or_404(RateCard, pk=request.POST["card"])
-                if end_form.is_valid():
-                    services.rate_card_update(
-                        actor=request.user,
-                        card=card,
-                        effective_to=end_form.cleaned_data["effective_to"],
-                    )
-                    messages.success(request, f"Rate card for {card.gpu_model} ends then.")
-                    return redirect("billing:rate-cards")
-                form = RateCardForm(initial={"currency": settings.BILLING_CURRENCY})
-                form.add_error(
-                    None,
-                    "Give the end time as a date and time in your zone "
-                    f"({current_zone().key}): {' '.join(end_form.errors.get('effective_to', []))}",
-                )
-            elif form.is_valid():
-                data = dict(form.cleaned_data)
+        if request.POST.get("card"):
+            card = get_object_or_404(RateCard, pk=request.POST["card"])
+            form = RateCardForm(initial={"currency": settings.BILLING_CURRENCY})
+            end_error = _rate_card_end(request, card, end_form)
+            if end_error is None:
+                return redirect("billing:rate-cards")
+        elif form.is_valid():
+            data = dict(form.cleaned_data)
+            try:
                 services.rate_card_create(
                     actor=request.user, gpu_model=data.pop("gpu_model"), **data
                 )
+            except (ApplicationError, ValidationError) as refusal:
+                show_on_form(form, refusal)
+            else:
                 messages.success(request, "Rate card added.")
                 return redirect("billing:rate-cards")
-        except (ApplicationError, ValidationError) as refusal:
-            show_on_form(form, refusal)
     return render(
         request,
         "billing/rate_cards.html",
@@ -163,6 +172,7 @@ def rate_cards_view(request):
                 "gpu_model__name", "-effective_from"
             ),
             "form": form,
+            "end_error": end_error,
             "can_edit": can_edit,
         },
     )

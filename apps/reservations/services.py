@@ -179,7 +179,9 @@ def _conflict(*, gpu_model, count, start, end, same_node, free: int) -> Conflict
         f"{format_when(end)}; you asked for {count}."
     )
     if next_slot:
-        message += f" Next free slot starts {next_slot['start']}."
+        message += (
+            f" Next free slot starts {format_when(datetime.fromisoformat(next_slot['start']))}."
+        )
     return ConflictError(
         message,
         detail={

@@ -1,5 +1,5 @@
 """Cost dashboard figures: budgets must not flatten the spend lines (their own panel and axis),
-and every money axis names the currency."""
+every money axis names the currency, and days are the reader's."""
 
 from decimal import Decimal
 
@@ -7,6 +7,8 @@ import pytest
 
 from apps.billing.figures import cost_figures
 from apps.billing.models import Budget
+from apps.billing.selectors import daily_spend
+from portal.timezones import in_zone
 from tests.billing.conftest import AFTER_NOV
 
 pytestmark = pytest.mark.django_db
@@ -73,3 +75,24 @@ def test_burn_down_reads_dates_under_the_spend_panel_too(november_with_budget, t
     assert top.get("showticklabels", True) is True
     assert top["type"] == "date"
     assert top["tickformat"] == "%b %-d"
+
+
+def test_burn_down_days_are_the_readers(november, team):
+    # The booking ran Nov 5 00:00-06:00 UTC: Nov 4 19:00 to Nov 5 01:00 in New York.
+    with in_zone("America/New_York"):
+        days = [(day.isoformat(), total) for day, total in daily_spend(team=team, period=november)]
+    assert days == [("2026-11-04", Decimal("12.50")), ("2026-11-05", Decimal("2.50"))]
+    days = [(day.isoformat(), total) for day, total in daily_spend(team=team, period=november)]
+    assert days == [("2026-11-05", Decimal("15.00"))]
+
+
+def test_burn_down_axis_is_the_readers_days(november_with_budget, team):
+    with in_zone("America/New_York"):
+        burn = cost_figures(
+            period=november_with_budget, teams=[team], include_platform=False, now=AFTER_NOV
+        )["figures"]["burn-down"]
+    layout = burn["layout"]
+    assert layout["xaxis2"]["title"]["text"] == "Day (America/New_York)"
+    # November in UTC starts on Oct 31 at 20:00 in New York.
+    assert layout["xaxis2"]["range"] == ["2026-10-31", "2026-11-30"]
+    assert _traces(burn)["vision spent"]["x"][0] == "2026-11-04"

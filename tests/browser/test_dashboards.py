@@ -7,6 +7,7 @@ telemetry history, to docs/screenshots/ (README.md shows them)."""
 import os
 from datetime import timedelta
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import pytest
 from django.utils import timezone
@@ -146,7 +147,11 @@ def test_booking_shows_on_occupancy_until_cancelled(login_as):
     page = login_as("alice")
     page.on("dialog", lambda dialog: dialog.accept())
     page.goto("/dashboards/occupancy/?range=custom&start=" + timezone.now().isoformat()[:16] + "Z")
-    page.get_by_label("To", exact=True).fill((start + timedelta(hours=4)).isoformat()[:16] + "Z")
+    # The pickers read wall-clock times in the reader's zone, which the page names.
+    zone = ZoneInfo(page.locator("html").get_attribute("data-time-zone"))
+    expect(page.locator("#f-zone")).to_contain_text(zone.key)
+    end = (start + timedelta(hours=4)).astimezone(zone)
+    page.get_by_label("To", exact=True).fill(end.strftime("%Y-%m-%dT%H:%M"))
     page.get_by_role("button", name="Show").click()
     expect(page.get_by_test_id("occupancy-count")).to_contain_text("2 bookings")
     gantt = page.locator("[data-figure='gantt']")

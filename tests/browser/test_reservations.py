@@ -18,6 +18,7 @@ from apps.reservations.models import Reservation, ReservationGpu
 from apps.reservations.services import reservation_create
 from apps.teams.models import Quota, Team, User
 from portal.formatting import format_when
+from portal.timezones import in_zone
 from tests.browser.conftest import ARTIFACTS_DIR, DEFAULT_TIMEOUT_MS, login
 
 H100 = "H100-SXM-80GB"
@@ -152,7 +153,9 @@ def test_member_books_suggested_slot_in_local_time_then_cancels(make_page):
     slot = datetime.fromisoformat(use.get_attribute("data-fill-start"))
     assert slot == blocked_until, f"first suggestion {slot}, expected {blocked_until}"
     # Its time is shown in the reader's zone (Berlin), not labelled UTC.
-    expect(first.locator("time").first).to_have_attribute("datetime", slot.isoformat())
+    expect(first.locator("time").first).to_have_attribute(
+        "datetime", slot.astimezone(UTC).isoformat()
+    )
     expect(first).not_to_contain_text("UTC")
     # The free-capacity table shows the blocked H100s: none free in the current block.
     timeline = page.get_by_test_id("timeline")
@@ -195,19 +198,22 @@ def test_member_books_suggested_slot_in_local_time_then_cancels(make_page):
     expect(row).to_contain_text("Scheduled")
     expect(row).to_contain_text("alice")
     expect(row).to_contain_text("detector training")
-    expect(row.locator("time").first).to_have_attribute("datetime", slot.isoformat())
+    expect(row.locator("time").first).to_have_attribute(
+        "datetime", slot.astimezone(UTC).isoformat()
+    )
     # Only vision's booking is listed to alice: the blockers belong to other teams.
     expect(page.locator("tr[data-reservation]")).to_have_count(1)
 
     page.goto("/reservations/calendar/vision/")
     calendar = page.get_by_test_id("calendar")
     bookings = calendar.locator(".booking")
-    # One entry, or two when the booking crosses midnight UTC.
+    # One entry, or two when the booking crosses midnight in the reader's zone.
     expect(bookings.first).to_contain_text(f"#{pk} 4×{H100} ")
     # Its times in the reader's zone, the zone named, as on every page.
     times = bookings.first.locator("time")
-    expect(times.first).to_have_attribute("datetime", slot.isoformat())
-    expect(times.first).to_contain_text(f"{slot.astimezone(ZoneInfo(zone)):%H:%M} GMT+")
+    expect(times.first).to_have_attribute("datetime", slot.astimezone(UTC).isoformat())
+    local = slot.astimezone(ZoneInfo(zone))
+    expect(times.first).to_contain_text(f"{local:%H:%M} {local.tzname()}")
     expect(bookings.first).to_contain_text("alice")
     assert bookings.count() in (1, 2)
     for index in range(bookings.count()):
@@ -248,10 +254,12 @@ def test_conflict_shows_inline_error_and_next_free_slot(make_page):
 
     error = page.get_by_test_id("booking-error")
     expect(error).to_have_attribute("role", "alert")
-    expect(error).to_contain_text(
-        f"Only 0 {H100} GPUs are free from {format_when(window_start)} to "
-        f"{format_when(window_end)}; you asked for 1."
-    )
+    with in_zone(zone):  # alice's browser told the portal her zone at login
+        expect(error).to_contain_text(
+            f"Only 0 {H100} GPUs are free from {format_when(window_start)} to "
+            f"{format_when(window_end)}; you asked for 1. Next free slot starts "
+            f"{format_when(window_end)}."
+        )
     assert urlparse(page.url).path == "/reservations/new/"
     assert not _vision_reservations().exists(), "a refused booking wrote a reservation"
     # The typed values are kept.
