@@ -2,9 +2,9 @@
 
 from celery import shared_task
 
-from apps.sso import services
+from apps.sso import provider_check
 
 
 @shared_task(name="sso.check_identities", time_limit=600, soft_time_limit=570)
 def check_identities() -> dict:
-    return services.sso_identities_check()
+    return provider_check.sso_identities_check()

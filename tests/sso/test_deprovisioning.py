@@ -12,7 +12,8 @@ from rest_framework.test import APIClient
 from apps.audit.models import AuditEvent
 from apps.sso import sealing
 from apps.sso.models import SsoIdentity
-from apps.sso.services import sso_identities_check, sso_identity_link
+from apps.sso.provider_check import sso_identities_check
+from apps.sso.services import sso_identity_link
 from apps.teams.choices import ApiTokenScope, GlobalRole, TeamRole
 from apps.teams.models import ApiToken, Membership, User
 from apps.teams.tokens import api_token_create
