@@ -42,3 +42,13 @@ class ExportFormat(models.TextChoices):
 
 BUDGET_THRESHOLDS = (50, 80, 100)
 PLATFORM_COST_CENTER = "platform"
+
+
+class RecoveryMethod(models.TextChoices):
+    """How a month's platform cost (unallocated capacity and the platform's own charges) is
+    recovered from the teams."""
+
+    KEEP = "keep", "Keep on platform (showback of idle capacity)"
+    USAGE = "usage", "Share by usage (GPU-hours charged to each team)"
+    GUARANTEE = "guarantee", "Share by guarantees (guaranteed GPUs of each team)"
+    EVEN = "even", "Share evenly between active teams"

@@ -30,7 +30,7 @@ from django.conf import settings
 from django.db.models import Sum
 from django.db.models.functions import TruncDate
 
-from apps.billing.choices import ChargeSource
+from apps.billing.choices import PLATFORM_COST_CENTER, ChargeSource
 from apps.billing.exports import (
     DETAIL,
     QUANTITY_PLACES,
@@ -105,6 +105,67 @@ def focus_rows(scope: ExportScope, version: str = DEFAULT_FOCUS_VERSION) -> Iter
             continue
         for share in _shares(line):
             yield _allocated_row(context, line, row, share)
+    yield from _recovery_rows(context, version)
+
+
+RECOVERY_LINE = "platform-share"
+
+
+def _recovery_rows(context: "_Context", version: str) -> Iterator[dict]:
+    """Under a month's cost recovery policy (`recovery.py`), one row per team for its share of
+    the platform's cost and, in an export of all teams, one platform row giving the same total
+    back, so the export still sums to the fleet's total. In 1.3 they are a split-cost
+    allocation of the platform's cost: AllocatedMethodId names the policy and
+    AllocatedMethodDetails each team's ratio."""
+    from apps.billing.recovery import recovery
+    from apps.teams.models import Team
+
+    scope = context.scope
+    split = recovery(scope.period)
+    if not split.shares:
+        return
+    teams = Team.objects.in_bulk(list(split.shares))
+    method = f"platform-cost-recovery-{split.method}"
+    last_day = (context.period_end - timedelta(days=1)).date()
+    entries = [
+        (teams[team_id], share)
+        for team_id, share in sorted(split.shares.items(), key=lambda kv: teams[kv[0]].slug)
+        if scope.team_id in (None, team_id)
+    ]
+    if scope.team_id is None:
+        entries.append((None, -split.recovered))
+    for team, amount in entries:
+        line = {
+            "cost": amount, "sum_gpu_seconds": 0, "unit_price": None, "day": last_day,
+            "held_idle_seconds": 0, "source": ChargeSource.ADJUSTMENT, "source_id": 0,
+            "description": (
+                f"Share of the platform's cost ({split.get_method_display()})" if team
+                else "Platform cost recovered from the teams"
+            ),
+            "sub_account": team.slug if team else PLATFORM_COST_CENTER,
+            "team__name": team.name if team else None, "team_id": team.pk if team else None,
+            "team__cost_center": team.cost_center if team else None,
+            "gpu__uuid": None, "gpu__node__hostname": None, "gpu__index": None,
+            "gpu_model__name": None, "rate_card_id": None, "sum_busy_seconds": 0,
+            "sum_energy_kwh": Decimal(0), "over_quota": False, "line_type": RECOVERY_LINE,
+            "busy_cost": Decimal(0), "held_idle_cost": Decimal(0),
+            "over_quota_cost": Decimal(0), "energy_cost": Decimal(0),
+        }  # fmt: skip
+        row = _base_row(context, line)
+        if version == FOCUS_1_2:
+            yield row
+            continue
+        row = _allocated_row(context, line, row, _shares(line)[0])
+        ratio = amount / split.platform_cost
+        row["AllocatedMethodId"] = method
+        row["AllocatedMethodDetails"] = json.dumps(
+            {"Elements": [{"AllocatedRatio": float(ratio)}], "x_Share": RECOVERY_LINE}
+        )
+        row["AllocatedTags"] = json.dumps(
+            {f"{TAG_PREFIX}share": RECOVERY_LINE, f"{TAG_PREFIX}policy": split.method},
+            sort_keys=True,
+        )
+        yield row
 
 
 class _Context:

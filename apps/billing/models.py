@@ -5,7 +5,7 @@ from django.core.validators import MinValueValidator
 from django.db import models
 from django.db.models import F, Q
 
-from apps.billing.choices import ChargeSource, Enforcement, PeriodStatus
+from apps.billing.choices import ChargeSource, Enforcement, PeriodStatus, RecoveryMethod
 from apps.teams.models import TeamOwnedQuerySet
 
 MONEY = {"max_digits": 14, "decimal_places": 2}
@@ -243,3 +243,22 @@ class BudgetAlert(models.Model):
 
     def __str__(self) -> str:
         return f"{self.budget} reached {self.threshold} %"
+
+
+class CostRecoveryPolicy(models.Model):
+    """How a month's platform cost is recovered from the teams (see `recovery.py`); set by
+    finance, audited, final once the month is closed."""
+
+    period = models.OneToOneField(
+        BillingPeriod, on_delete=models.PROTECT, related_name="recovery_policy"
+    )
+    method = models.CharField(
+        max_length=10, choices=RecoveryMethod.choices, default=RecoveryMethod.KEEP
+    )
+    set_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.PROTECT, related_name="+"
+    )
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"{self.period}: {self.get_method_display()}"

@@ -157,6 +157,18 @@ def cost_by_source(*, source: str, ids) -> dict[int, Decimal]:
     return {row["source_id"]: row["total"] or Decimal(0) for row in rows}
 
 
+def empty_team_row(team_id, sub_account: str) -> dict:
+    """A chargeback page row of a team charged nothing this month."""
+    return {
+        "team_id": team_id, "sub_account": sub_account, "cost": Decimal(0),
+        "gpu_hours": Decimal(0), "busy_gpu_hours": Decimal(0),
+        "held_idle_gpu_hours": Decimal(0), "busy_cost": Decimal(0),
+        "held_idle_cost": Decimal(0), "over_quota_cost": Decimal(0),
+        "energy_cost": Decimal(0), "adjustment_cost": Decimal(0),
+        "previous_cost": None, "change": Decimal(0), "change_percent": None,
+    }  # fmt: skip
+
+
 def team_totals_with_previous_month(period: BillingPeriod) -> tuple[list[dict], date]:
     """The chargeback page's team rows (`exports.team_totals`), each with the team's total of
     the month before, the change and the change in percent (None where the team had no cost
@@ -173,13 +185,7 @@ def team_totals_with_previous_month(period: BillingPeriod) -> tuple[list[dict], 
         earlier = before.pop(row["sub_account"], None)
         _compare(row, earlier["cost"] if earlier else None)
     for gone in before.values():  # charged last month, nothing this month
-        row = {
-            "team_id": gone["team_id"], "sub_account": gone["sub_account"], "cost": Decimal(0),
-            "gpu_hours": Decimal(0), "busy_gpu_hours": Decimal(0),
-            "held_idle_gpu_hours": Decimal(0), "busy_cost": Decimal(0),
-            "held_idle_cost": Decimal(0), "over_quota_cost": Decimal(0),
-            "energy_cost": Decimal(0), "adjustment_cost": Decimal(0),
-        }  # fmt: skip
+        row = empty_team_row(gone["team_id"], gone["sub_account"])
         _compare(row, gone["cost"])
         rows.append(row)
     return rows, previous_month

@@ -18,6 +18,7 @@ from apps.billing.choices import (
     ChargeSource,
     Enforcement,
     PeriodStatus,
+    RecoveryMethod,
     is_showback,
 )
 from apps.billing.models import (
@@ -25,6 +26,7 @@ from apps.billing.models import (
     BillingPeriod,
     Budget,
     BudgetAlert,
+    CostRecoveryPolicy,
     LedgerEntry,
     RateCard,
 )
@@ -429,6 +431,32 @@ def _email_budget_alert(budget: Budget, threshold: int, spent: Decimal) -> None:
         f"{format_money(budget.amount)} budget for {budget.period} ({threshold} % threshold)."
     )
     outbox_send_mail(subject=subject, body=body, recipients=list(recipients))
+
+
+@transaction.atomic
+def cost_recovery_set(*, actor, period: BillingPeriod, method: str) -> CostRecoveryPolicy:
+    """Choose how the month's platform cost is recovered from the teams (`recovery.py`): kept
+    on the platform, or shared by usage, guarantees or evenly. Finance and platform admins;
+    a closed month's policy is final (409). Audited."""
+    require_billing_admin(actor)
+    if method not in RecoveryMethod.values:
+        raise ValidationError({"method": f"Choose one of {', '.join(RecoveryMethod.values)}."})
+    period = BillingPeriod.objects.select_for_update().get(pk=period.pk)
+    _require_open(period, "changing how its platform cost is recovered")
+    policy = CostRecoveryPolicy.objects.select_for_update().filter(period=period).first()
+    before = {"method": policy.method} if policy else {"method": RecoveryMethod.KEEP}
+    if policy is None:
+        policy = CostRecoveryPolicy(period=period)
+    policy.method, policy.set_by = method, actor
+    policy.save()
+    audit_record(
+        actor=actor,
+        action="cost_recovery.change",
+        target=policy,
+        before=before,
+        after={"method": method, "period": str(period)},
+    )
+    return policy
 
 
 def check_booking_budget(*, team, gpu_model, count, start, end, over_quota_gpus=0) -> None:

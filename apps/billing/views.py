@@ -10,10 +10,11 @@ from django.template.loader import render_to_string
 from django.utils import timezone
 
 from apps.billing import exports, figures, member_costs, selectors, services, statements
-from apps.billing.choices import ExportFormat, is_showback
+from apps.billing.choices import ExportFormat, RecoveryMethod, is_showback
 from apps.billing.forms import AdjustmentForm, BudgetForm, RateCardEndForm, RateCardForm
 from apps.billing.models import Adjustment, BillingPeriod, RateCard
 from apps.billing.periods import month_bounds, month_start, parse_period
+from apps.billing.recovery import recovery
 from apps.billing.services import is_billing_admin
 from apps.teams.models import Team
 from portal.exceptions import ApplicationError, show_on_form
@@ -49,6 +50,12 @@ def chargeback_view(request):
     if request.method == "POST":
         period = services.period_get_or_create(period.month)  # writes may create it; reads not
         try:
+            if request.POST.get("action") == "recovery":
+                services.cost_recovery_set(
+                    actor=request.user, period=period, method=request.POST.get("method", "")
+                )
+                messages.success(request, f"Platform cost recovery for {period} saved.")
+                return redirect(f"{request.path}?period={period.month:%Y-%m}")
             if request.POST.get("action") == "close":
                 services.period_close(actor=request.user, period=period)
                 messages.success(request, f"{period} is closed; its charges are final.")
@@ -68,6 +75,19 @@ def chargeback_view(request):
             show_on_form(adjustment_form, refusal)
     team_slug = request.GET.get("team", "")
     totals, previous_month = selectors.team_totals_with_previous_month(period)
+    recovered = recovery(period, totals=totals)
+    charged = {row["team_id"] for row in totals}
+    for team in Team.objects.filter(pk__in=set(recovered.shares) - charged).order_by("slug"):
+        # A team charged nothing this month still pays its share (guarantees, evenly).
+        totals.insert(len(totals) - 1 if totals and totals[-1]["team_id"] is None else len(totals),
+                      selectors.empty_team_row(team.pk, team.slug))  # fmt: skip
+    for row in totals:
+        share = (
+            -recovered.recovered
+            if row["team_id"] is None
+            else recovered.shares.get(row["team_id"], Decimal(0))
+        )
+        row["platform_share"], row["cost_after_recovery"] = share, row["cost"] + share
     if team_slug:
         totals = [t for t in totals if t["sub_account"] == team_slug]
     grand_total = sum((t["cost"] for t in totals), start=Decimal(0))
@@ -89,6 +109,8 @@ def chargeback_view(request):
             "grand_change": grand_total - grand_previous,
             "grand_change_percent": selectors.change_percent(grand_total, grand_previous),
             "formats": ExportFormat.choices,
+            "recovery": recovered,
+            "recovery_methods": RecoveryMethod.choices,
             "adjustment_form": adjustment_form,
             "adjustments": Adjustment.objects.filter(period_id=period.pk).select_related(
                 "team", "corrects_period"

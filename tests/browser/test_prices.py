@@ -92,3 +92,36 @@ def test_budgets_page_shows_left_and_the_forecast(login_as):
     expect(row.get_by_test_id("forecast-message")).to_have_text(outlook.message)
     assert outlook.run_rate == Decimal("100.00")
     assert outlook.message.startswith("At this rate vision ")
+
+
+def test_finance_shares_the_platform_cost_by_usage_on_the_chargeback_page(login_as):
+    from apps.billing.choices import ChargeSource
+    from apps.billing.models import BillingPeriod, LedgerEntry
+    from apps.billing.periods import add_months, month_start
+    from apps.teams.models import Team
+
+    month = add_months(month_start(timezone.now()), -1)
+    period = BillingPeriod.objects.create(month=month)
+    moment = datetime(month.year, month.month, 2, 10, tzinfo=UTC)
+    for team, seconds, cost in (
+        ("vision", 3600, "30.00"),
+        ("nlp", 1200, "10.00"),
+        (None, 7200, "100.00"),
+    ):
+        LedgerEntry.objects.create(
+            period=period, team=Team.objects.get(slug=team) if team else None,
+            source=ChargeSource.JOB if team else ChargeSource.UNALLOCATED, source_id=0,
+            slice_start=moment, slice_end=moment + timedelta(hours=2), gpu_seconds=seconds,
+            gpu_cost=Decimal(cost), cost=Decimal(cost),
+        )  # fmt: skip
+    page = login_as("fran")
+    page.goto(f"/billing/?period={month:%Y-%m}")
+    page.get_by_label("Recover the platform's cost").select_option("usage")
+    page.get_by_role("button", name="Save policy").click()
+    summary = page.get_by_test_id("chargeback-summary")
+    share = "[data-testid=platform-share]"
+    expect(summary.locator(f'tr[data-team="vision"] {share}')).to_have_text("75.00")
+    expect(summary.locator(f'tr[data-team="nlp"] {share}')).to_have_text("25.00")
+    expect(summary.locator(f'tr[data-team="platform"] {share}')).to_have_text("-100.00")
+    expect(summary.get_by_test_id("grand-total-after-recovery")).to_have_text("140.00")
+    expect(page.get_by_test_id("recovery-summary")).to_contain_text("0.00 USD kept on the platform")
