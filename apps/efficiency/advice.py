@@ -351,7 +351,9 @@ def right_sizing(*, user, filters: Filters) -> list[Item]:
         items += _booking_items(scope, filters)
     book = RateBook(start=filters.start, end=filters.end)
     models = dict(GpuModel.objects.values_list("name", "memory_mib"))
-    released = [i.pk for i in items if i.kind == "booking" and i.status == "released"]
+    released = [
+        i.pk for i in items if i.kind == "booking" and i.status == ReservationStatus.RELEASED
+    ]
     idle_hours = _booking_idle_hours(released, start=filters.start, end=filters.end)
     flagged = []
     for item in items:

@@ -22,6 +22,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from apps.audit.services import audit_record
+from apps.fleet.choices import GpuStatus
 from apps.fleet.models import Gpu, GpuModel
 from apps.reservations import availability, selectors
 from apps.reservations.choices import OPEN_STATUSES, ReservationStatus
@@ -225,7 +226,7 @@ def reservation_create(
     if not team.is_active:
         raise ValidationError({"team": f"Team {team.slug} is inactive."})
     existing = Gpu.objects.filter(model=gpu_model, mig_parent__isnull=True).exclude(
-        status="retired"
+        status=GpuStatus.RETIRED
     )
     if count > existing.count():
         fleet = format_count(existing.count(), f"{gpu_model.name} GPU")
