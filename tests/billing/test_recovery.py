@@ -179,3 +179,28 @@ def test_focus_carries_the_shares_as_rows_that_reconcile_to_the_fleet_total(
         assert vision["AllocatedMethodId"] == "platform-cost-recovery-usage"
     team_only = read_focus(month, version, team_id=team.pk)
     assert sum(Decimal(r["BilledCost"]) for r in team_only) == Decimal("7244.31")
+
+
+@pytest.mark.slow
+def test_prices_forecasts_and_recovery_agree_on_sqlite(tmp_path):
+    from tests.sqlite_runner import run_on_sqlite
+
+    outcome = run_on_sqlite("tests.billing.sqlite_money", tmp_path / "money.sqlite3")
+    assert outcome["vendor"] == "sqlite"
+    walkthrough = outcome["walkthrough"]
+    assert (walkthrough["list_cost"], walkthrough["over_quota_premium"], walkthrough["total"]) == (
+        "3124.80", "781.20", "3906.00"
+    )  # fmt: skip
+    assert "would cost 3,906.00 USD" in outcome["refusal"]
+    assert outcome["metered"] == {"quoted": "330.15", "charged": "330.15"}
+    assert outcome["forecast"]["exceeds_on"] == "2026-12-21"
+    assert outcome["forecast"]["message"] == "At this rate nlp exceeds its budget on Dec 21."
+    for method, split in outcome["recovery"].items():
+        assert Decimal(split["recovered"]) + Decimal(split["kept"]) == Decimal(
+            split["platform_cost"]
+        ), method
+        assert Decimal(split["teams_after"]) + Decimal(split["kept"]) == Decimal(
+            split["fleet_total"]
+        ), method
+        if method != "keep":
+            assert Decimal(split["kept"]) == 0 and Decimal(split["recovered"]) > 0, method
