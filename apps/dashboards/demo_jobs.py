@@ -14,6 +14,7 @@ from apps.fleet.models import Gpu, GpuModel
 from apps.jobs.choices import JobPriorityClass, JobStatus
 from apps.jobs.models import Job, JobAllocation
 from apps.jobs.services import job_submit
+from apps.jobs.transitions import initial_job_status
 from apps.reservations.models import ReservationGpu
 from apps.teams.models import Team, User
 from apps.telemetry.choices import IdleKind
@@ -110,7 +111,7 @@ def _place(spec, *, now: datetime, rng) -> Job | None:
         gpu_count=asked,
         max_runtime_seconds=(hours + 4) * 3600,
         priority_class=JobPriorityClass.GUARANTEED,
-        status=status,
+        status=initial_job_status(status),
         node=gpus[0].node,
         exit_code={JobStatus.SUCCEEDED: 0, JobStatus.FAILED: 1}.get(status),
         dispatched_at=start,

@@ -36,6 +36,7 @@ from apps.jobs.scheduler.state import (
     TeamQuota,
 )
 from apps.jobs.scheduler.usage import UserClock
+from apps.jobs.transitions import job_transition
 from apps.reservations.choices import OPEN_STATUSES as RESERVATION_OPEN_STATUSES
 from apps.reservations.models import ReservationGpu
 from apps.teams.models import Quota
@@ -360,12 +361,8 @@ def _apply(decision: Decision, *, now: datetime, result: CycleResult) -> None:
             by_node.setdefault(gpu.node.hostname, []).append(gpu)
         primary = max(by_node, key=lambda h: (len(by_node[h]), h == min(by_node)))
         hostnames = [primary] + sorted(h for h in by_node if h != primary)
-        job.status = JobStatus.DISPATCHED
+        job_transition(job, JobStatus.DISPATCHED, at=start)
         job.node = by_node[primary][0].node
-        job.dispatched_at = start
-        job.started_at = None
-        job.pending_reason = job.pending_message = ""
-        job.estimated_start = None
         job.save()
         for rank, hostname in enumerate(hostnames):
             spec = launch_spec(

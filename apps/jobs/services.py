@@ -26,6 +26,7 @@ from apps.jobs.choices import (
     JobStatus,
 )
 from apps.jobs.models import Job, JobAllocation
+from apps.jobs.transitions import job_transition
 from apps.outbox.services import outbox_send_task, outbox_withdraw
 from apps.reservations.choices import OPEN_STATUSES as RESERVATION_OPEN_STATUSES
 from apps.reservations.models import Reservation
@@ -300,10 +301,7 @@ def job_cancel(*, job: Job, actor, reason: str = "", audit: bool = False) -> Job
             raise ConflictError(f"The job has already {job.status}.", code="job_finished")
         hostnames = _job_hostnames(job)
         before = {"status": job.status}
-        job.status = JobStatus.CANCELLED
-        job.finished_at = now
-        job.pending_reason = job.pending_message = ""
-        job.estimated_start = None
+        job_transition(job, JobStatus.CANCELLED, at=now, message="")
         job.save()
         close_allocations(job, now=now)
         hostnames = _withdraw_launches(job, hostnames, now=now)
@@ -378,9 +376,8 @@ def job_report(*, report: dict, now: datetime | None = None) -> str:
             if job.status != JobStatus.DISPATCHED:
                 job.save(update_fields=["log_tail"])
                 return "ignored"
-            job.status = JobStatus.RUNNING
-            job.started_at = now
-            job.save(update_fields=["status", "started_at", "log_tail"])
+            fields = job_transition(job, JobStatus.RUNNING, at=now)
+            job.save(update_fields=[*fields, "log_tail"])
             return "running"
         if event != "finished":
             logger.warning("ignored unknown job event %r", event)
@@ -394,8 +391,8 @@ def job_report(*, report: dict, now: datetime | None = None) -> str:
         if job.status == JobStatus.PREEMPTED:
             _requeue(job, now=now, reason="preempted", counted=False)
         elif job.status in ACTIVE_STATUSES:
-            job.status = JobStatus.SUCCEEDED if job.exit_code == 0 else JobStatus.FAILED
-            job.finished_at = now
+            ended = JobStatus.SUCCEEDED if job.exit_code == 0 else JobStatus.FAILED
+            job_transition(job, ended, at=now)
             job.save()
         else:  # queued/requeued: a late report of a stopped attempt
             job.save(update_fields=["log_tail", "exit_code"])
@@ -426,10 +423,8 @@ def _gang_broken(job: Job, *, now: datetime, reason: str) -> str:
     _kill_on_commit(job, _job_hostnames(job), settings.JOBS_KILL_GRACE_SECONDS)
     if job.gang_requeued:
         close_allocations(job, now=now)
-        job.status = JobStatus.FAILED
-        job.finished_at = now
-        job.pending_reason = ""
-        job.pending_message = f"Failed: its nodes broke apart a second time ({reason})."
+        message = f"Failed: its nodes broke apart a second time ({reason})."
+        job_transition(job, JobStatus.FAILED, at=now, message=message)
         job.save()
     else:
         job.gang_requeued = True
@@ -444,18 +439,12 @@ def _requeue(job: Job, *, now: datetime, reason: str, counted: bool = True) -> N
     attempt are ignored."""
     close_allocations(job, now=now)
     if counted and job.requeue_count >= settings.JOBS_MAX_REQUEUES:
-        job.status = JobStatus.FAILED
-        job.finished_at = now
-        job.pending_reason = ""
-        job.pending_message = f"Failed: requeued {job.requeue_count} times ({reason})."
+        message = f"Failed: requeued {job.requeue_count} times ({reason})."
+        job_transition(job, JobStatus.FAILED, at=now, message=message)
     else:
-        job.status = JobStatus.REQUEUED
+        message = f"Requeued ({reason}); waiting for the next scheduling cycle."
+        job_transition(job, JobStatus.REQUEUED, at=now, message=message)
         job.requeue_count += 1
-        job.node = None
-        job.dispatched_at = job.started_at = None
-        job.exit_code = None
-        job.pending_reason = ""
-        job.pending_message = f"Requeued ({reason}); waiting for the next scheduling cycle."
     job.save()
 
 
@@ -534,9 +523,8 @@ def jobs_expire_stale(*, now: datetime | None = None) -> dict[str, list[int]]:
                 continue
             _kill_on_commit(job, _job_hostnames(job), 0)
             close_allocations(job, now=now)
-            job.status = JobStatus.FAILED
-            job.finished_at = now
-            job.pending_message = "No report from its node after the maximum runtime."
+            message = "No report from its node after the maximum runtime."
+            job_transition(job, JobStatus.FAILED, at=now, message=message)
             job.save()
             done["failed"].append(job.pk)
     if done["requeued"] or done["failed"]:
@@ -559,19 +547,18 @@ def job_preempt(
         if job.status not in ACTIVE_STATUSES:
             raise ConflictError(f"The job is {job.status}, not running.", code="job_not_running")
         before = {"status": job.status}
-        job.status = JobStatus.PREEMPTED
-        job.finished_at = None
         job.preemption_count += 1
         if not job.checkpointable:
             # The attempt's work is thrown away; a checkpointable job resumes from its own save.
             since = job.started_at or job.dispatched_at or now
             gpus = JobAllocation.objects.filter(job=job, end__isnull=True).count()
             job.gpu_seconds_lost += gpus * max(0.0, (now - since).total_seconds())
-        job.pending_message = (
+        message = (
             f"Preempted for job #{for_job_id}; it is requeued once stopped."
             if for_job_id
             else "Preempted; it is requeued once stopped."
         )
+        job_transition(job, JobStatus.PREEMPTED, at=now, message=message)
         job.save()
         _kill_on_commit(job, _job_hostnames(job), grace)
         if actor is not None:

@@ -54,8 +54,8 @@ def home_summary(user, *, now: datetime | None = None) -> dict:
             "quotas": quotas[t.pk],
             "bookings": bookings[t.pk][:5],
             "booking_count": len(bookings[t.pk]),
-            "jobs_queued": jobs[t.pk]["queued"],
-            "jobs_running": jobs[t.pk]["running"],
+            "jobs_queued": jobs[t.pk][JobStatus.QUEUED],
+            "jobs_running": jobs[t.pk][JobStatus.RUNNING],
             "spend": spend.get(t.pk),
         }
         for t in own

@@ -9,7 +9,6 @@ from django.utils import timezone
 from apps.fleet.models import Node
 from apps.integrations.slurm.choices import (
     FINISHED_STATES,
-    SlurmJobState,
     job_state,
 )
 from apps.integrations.slurm.client import (
@@ -17,9 +16,9 @@ from apps.integrations.slurm.client import (
 )
 from apps.integrations.slurm.models import SlurmJob
 from apps.integrations.slurm.services.common import _model_for_type, client, cluster_name
-from apps.integrations.slurm.services.jobs import _allocate
-from apps.jobs.choices import JobStatus
+from apps.integrations.slurm.services.jobs import _allocate, finished_status
 from apps.jobs.models import Job, JobAllocation
+from apps.jobs.transitions import initial_job_status
 from apps.teams.models import Team, User
 
 IMPORT_USERNAME = "slurm-accounting"
@@ -35,14 +34,6 @@ def _import_user():
         user.set_unusable_password()
         user.save(update_fields=["password"])
     return user
-
-
-def _imported_status(state: SlurmJobState, exit_code: int | None) -> str:
-    if state == SlurmJobState.COMPLETED and exit_code in (0, None):
-        return JobStatus.SUCCEEDED
-    if state == SlurmJobState.CANCELLED:
-        return JobStatus.CANCELLED
-    return JobStatus.FAILED
 
 
 def accounting_import(
@@ -89,7 +80,7 @@ def accounting_import(
                     gpu_count=gpus,
                     same_node="," not in record.nodes and "[" not in record.nodes,
                     max_runtime_seconds=max(int((record.end - record.start).total_seconds()), 1),
-                    status=_imported_status(state, record.exit_code),
+                    status=initial_job_status(finished_status(state, record.exit_code)),
                     exit_code=record.exit_code,
                     started_at=record.start,
                     dispatched_at=record.start,

@@ -39,6 +39,7 @@ from apps.integrations.slurm.services.common import (
 )
 from apps.jobs.choices import FINISHED_STATUSES, WAITING_STATUSES, JobStatus
 from apps.jobs.models import Job, JobAllocation
+from apps.jobs.transitions import job_transition
 
 logger = logging.getLogger(__name__)
 
@@ -188,11 +189,8 @@ def _apply_running(job: Job, slurm_job: SlurmJob, entry: QueueEntry, now: dateti
         return
     started = entry.start or now
     nodes = expand_hostlist(entry.nodes)
-    job.status = JobStatus.RUNNING
-    job.started_at = job.dispatched_at = started
+    job_transition(job, JobStatus.RUNNING, at=started)
     job.node = Node.objects.filter(hostname__in=nodes[:1]).first()
-    job.pending_reason = job.pending_message = ""
-    job.estimated_start = None
     job.save()
     slurm_job.started_at = started
     slurm_job.nodes = entry.nodes
@@ -215,6 +213,16 @@ def _lagged_too_long(slurm_job: SlurmJob, now) -> bool:
 
 def _accounting_has_end(record: AccountingRecord | None) -> bool:
     return record is not None and job_state(record.state) in FINISHED_STATES
+
+
+def finished_status(state: SlurmJobState, exit_code: int | None) -> str:
+    """The portal status of a job Slurm ended in `state`: succeeded only when it completed
+    without a failing exit code (none recorded counts as success, as sacct may omit it)."""
+    if state == SlurmJobState.COMPLETED and exit_code in (0, None):
+        return JobStatus.SUCCEEDED
+    if state == SlurmJobState.CANCELLED:
+        return JobStatus.CANCELLED
+    return JobStatus.FAILED
 
 
 def _apply_finished(
@@ -244,18 +252,14 @@ def _apply_finished(
     JobAllocation.objects.filter(job=job, end__isnull=True).update(end=max(end, start or end))
     JobAllocation.objects.filter(job=job, released_at__isnull=True).update(released_at=end)
     job.exit_code = slurm_job.exit_code
-    job.finished_at = end
-    if state == SlurmJobState.COMPLETED and (job.exit_code in (0, None)):
-        job.status = JobStatus.SUCCEEDED
-        job.pending_message = ""
-    elif state == SlurmJobState.CANCELLED:
-        job.status = JobStatus.CANCELLED
-        job.pending_message = "Cancelled in Slurm."
+    ended = finished_status(state, job.exit_code)
+    if ended == JobStatus.SUCCEEDED:
+        message = ""
+    elif ended == JobStatus.CANCELLED:
+        message = "Cancelled in Slurm."
     else:
-        job.status = JobStatus.FAILED
-        job.pending_message = f"Slurm ended it: {state.value}."
-    job.pending_reason = ""
-    job.estimated_start = None
+        message = f"Slurm ended it: {state.value}."
+    job_transition(job, ended, at=end, message=message)
     tail = _read_tail(slurm_job.output_path) if slurm_job.output_path else None
     if tail is not None:
         job.log_tail = tail
