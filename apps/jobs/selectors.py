@@ -11,7 +11,7 @@ from apps.fleet.models import GpuModel
 from apps.jobs.choices import ACTIVE_STATUSES, WAITING_STATUSES, JobPriorityClass, JobStatus
 from apps.jobs.dispatch import queued_jobs
 from apps.jobs.models import Job, JobAllocation
-from apps.jobs.scheduler.core import queue_order_key
+from apps.jobs.scheduler.config import queue_order_key
 from apps.teams.models import Team
 from apps.teams.quota_rule import job_held_until
 from apps.teams.selectors import quota_table

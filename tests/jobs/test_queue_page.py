@@ -119,7 +119,7 @@ def test_empty_queue_says_so(client, member):
 
 def test_a_teammates_job_takes_its_turn_ahead_of_one_users_backlog(member, team, waiting, sent):
     """Per-user fair share inside a team: the page lists jobs by their turn, as the cycle does."""
-    from apps.jobs.scheduler.core import queue_order_key
+    from apps.jobs.scheduler.config import queue_order_key
     from tests.factories import MembershipFactory, UserFactory
 
     teammate = MembershipFactory(team=team, user=UserFactory(username="tom")).user

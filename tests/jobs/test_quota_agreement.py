@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from apps.jobs.scheduler import schedule
-from apps.jobs.scheduler.core import SchedulerConfig
+from apps.jobs.scheduler.config import SchedulerConfig
 from apps.jobs.scheduler.state import (
     Booking,
     ClusterState,

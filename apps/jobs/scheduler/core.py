@@ -50,25 +50,32 @@ else one rack (the node label ``rack``) if possible.
 
 from __future__ import annotations
 
-import bisect
-import heapq
 import math
 from collections import defaultdict
 from collections.abc import Mapping
-from dataclasses import dataclass
 
-from apps.jobs.scheduler.explain import ExplainMixin, gpus_phrase
-from apps.jobs.scheduler.modes import BASELINE, GUARANTEE, SPARE, Candidate
+from apps.jobs.scheduler.baseline import BaselineMixin
+from apps.jobs.scheduler.config import (
+    _SKIPPED_CLASS,
+    POLICIES,
+    SPARE_ORDERS,
+    SchedulerConfig,
+    queue_order_key,
+    running_from,
+)
+from apps.jobs.scheduler.drain import DrainMixin
+from apps.jobs.scheduler.explain import ExplainMixin
+from apps.jobs.scheduler.modes import BASELINE, GUARANTEE, Candidate
 from apps.jobs.scheduler.pool import FreePool
 from apps.jobs.scheduler.preemption import PreemptionMixin
+from apps.jobs.scheduler.queue import QueueMixin
 from apps.jobs.scheduler.quotas import QuotaBook
+from apps.jobs.scheduler.spare import SpareMixin
 from apps.jobs.scheduler.state import (
-    Booking,
     ClusterState,
     Decision,
     GpuInfo,
     Pending,
-    PendingReason,
     Placement,
     PriorityClass,
     QueuedJob,
@@ -77,92 +84,8 @@ from apps.jobs.scheduler.state import (
 )
 from apps.jobs.scheduler.usage import UsageMeter
 
-POLICIES = ("fairshare", "fifo", "sjf")
-SPARE_ORDERS = ("share", "las", "tiresias", "slowdown")  # see SchedulerConfig.spare_order
-# Tiresias' queues: GPU-seconds attained up to each bound (1, 10, 100 GPU-hours), then the rest.
-TIRESIAS_BOUNDS = (3600.0, 36_000.0, 360_000.0)
-# The class of jobs a placement pass leaves to the other pass.
-_SKIPPED_CLASS = {GUARANTEE: PriorityClass.PREEMPTIBLE, SPARE: PriorityClass.GUARANTEED}
 
-
-@dataclass(frozen=True, slots=True)
-class SchedulerConfig:
-    """Knobs of the scheduler; the defaults suit the live portal."""
-
-    # Recent GPU-seconds lose half their weight in the fair share after this long.
-    usage_half_life_seconds: float = 7 * 24 * 3600.0
-    # Each hour a job waits lowers its team's effective share by this much (aging).
-    aging_per_hour: float = 0.05
-    # Order of the spare (over-guarantee) pool in ``fairshare``: "share", the team with the
-    # lowest weighted share first (see step 3); "las", least attained service first (the job
-    # that has run the fewest GPU-seconds in earlier attempts, then queue order; as in
-    # Tiresias); "tiresias", the same in a few queues (``TIRESIAS_BOUNDS``: jobs that have
-    # attained about as much share one queue, served in queue order, as Tiresias' discretized
-    # LAS); "slowdown", the team whose next job has waited longest relative to its
-    # runtime first (highest response ratio (wait + runtime) / runtime, as in HRRN and
-    # Themis' finish-time fairness), which evens out the teams' slowdown.
-    spare_order: str = "share"
-    preemption_enabled: bool = True
-    # A job runs at least this long before it may be preempted (Slurm's PreemptExemptTime).
-    preempt_min_runtime_seconds: float = 1800.0
-    # A job preempted this many times is preempted again only when no other victims can free
-    # the GPUs a guarantee needs back.
-    max_preemptions_per_job: int = 2
-    # Victims throwing away at most this times what the waiting job asked for (GPUs x max
-    # runtime) come first: a notebook stops a day-old 64-GPU training run only when nothing
-    # cheaper frees its guaranteed GPUs.
-    preempt_max_lost_ratio: float = 0.5
-    # A job within its guarantee waits this long for GPUs to come back by themselves before
-    # victims outside the bounds above are stopped for it (within them: at once).
-    reclaim_patience_seconds: float = 600.0
-    # Keep borrowed (over-quota) work and guaranteed work on separate nodes where both fit,
-    # so that a reclaim frees whole nodes. Off by default: on the synthetic bench trace it
-    # spends whole free nodes on borrowed 1-GPU jobs and more multi-node gangs are preempted
-    # (GPU-hours lost about 3 x); on the Alibaba pod list it cuts them by a third.
-    pack_borrowed: bool = False
-    # Time a preempted job gets to stop (SIGTERM -> SIGKILL); used for estimates only.
-    grace_seconds: float = 30.0
-    # Write a message and an estimated start for every pending job. The replayer turns it
-    # off, and then ``Decision.pending`` lists only jobs waiting for a preemption.
-    explain: bool = True
-
-
-def queue_order_key(policy: str):
-    """The order in which ``policy`` takes waiting jobs: under ``fairshare`` each job's turn
-    in its team's queue (per-user fair share; guarantees and spare capacity are served in
-    this order within each team), under ``sjf`` shortest ``max_runtime`` first, else oldest
-    first. The queue page lists jobs by this key too."""
-    return _order_key(policy)
-
-
-def _order_key(policy: str):
-    if policy == "sjf":
-        return lambda j: (j.max_runtime, j.submitted_at, j.job_id)
-    if policy == "fairshare":  # per-user fair share inside a team: the job's turn
-        return lambda j: (j.queued_since, j.job_id)
-    return lambda j: (j.submitted_at, j.job_id)
-
-
-def running_from(
-    job: QueuedJob, gpu_ids: tuple[int, ...], model: str, now: float, over_quota: bool
-) -> RunningJob:
-    """The running record of ``job`` started at ``now`` on ``gpu_ids``."""
-    return RunningJob(
-        job.job_id,
-        job.team,
-        model,
-        tuple(gpu_ids),
-        now,
-        job.max_runtime,
-        job.priority_class,
-        over_quota,
-        job.reservation_id,
-        job.checkpointable,
-        job.preemptions,
-    )
-
-
-class Engine(PreemptionMixin, ExplainMixin):
+class Engine(QueueMixin, BaselineMixin, SpareMixin, DrainMixin, PreemptionMixin, ExplainMixin):
     """Scheduler state kept between cycles; see the module docstring."""
 
     def __init__(
@@ -227,141 +150,6 @@ class Engine(PreemptionMixin, ExplainMixin):
         self._drain_cands: dict[str, Candidate | None] = {}
 
     # -- changes between cycles --------------------------------------------------------------
-
-    def enqueue(self, job: QueuedJob) -> None:
-        self.version += 1
-        self._dirty.add(job.team)
-        self._drain_cands.pop(job.team, None)
-        self.queued[job.job_id] = job
-        if job.reservation_id is not None:
-            self.reservation_jobs[job.job_id] = job
-            return
-        shape = (job.priority_class, job.gpu_model, job.gpu_count, job.same_node)
-        entries = self.buckets.setdefault(job.team, {}).setdefault(shape, [])
-        key = self.queue_order(job)
-        bisect.insort(entries, (key, job.job_id))
-        head = self._heads.get(job.team)
-        if head is not None and key < head:
-            self._heads[job.team] = key
-
-    def dequeue(self, job_id: int) -> QueuedJob:
-        self.version += 1
-        self._preempt_failed.pop(job_id, None)
-        job = self.queued.pop(job_id)
-        self._drain_cands.pop(job.team, None)
-        if job.reservation_id is not None:
-            del self.reservation_jobs[job_id]
-            return job
-        shape = (job.priority_class, job.gpu_model, job.gpu_count, job.same_node)
-        team = self.buckets[job.team]
-        entries = team[shape]
-        entry = (self.queue_order(job), job_id)
-        k = bisect.bisect_left(entries, entry)
-        del entries[k]
-        if self._heads.get(job.team) == entry[0]:
-            del self._heads[job.team]
-        if not entries:
-            del team[shape]
-            if not team:
-                del self.buckets[job.team]
-        return job
-
-    def add_running(self, run: RunningJob) -> None:
-        self.version += 1
-        self._dirty.add(run.team)
-        self._drain_cands.pop(run.team, None)
-        ids = [g for g in run.gpu_ids if g in self.pool.info]
-        self.running[run.job_id] = run
-        self.pool.take(ids)
-        self.busy.update(run.gpu_ids)
-        self.team_gpus[run.team] += len(run.gpu_ids)
-        if run.reservation_id is None:
-            before = self.quotas.room(run.team, run.model, guarantee=True)
-            self.quotas.take(run.team, run.model, len(run.gpu_ids))
-            if before >= 0 > before - len(run.gpu_ids):
-                # The team goes above its guarantee: its older over-quota jobs may now yield,
-                # so a preemption that failed before may work (as when GPUs come back).
-                self.gained += 1
-            self._caps_cache.pop(run.team, None)
-            if self._is_preemptible(run):
-                self.preemptible.add(run.job_id)
-        info = self.pool.info
-        if len(ids) == 1:
-            self.spread[run.job_id] = {info[ids[0]].node: 1}
-        else:
-            spread: dict[str, int] = {}
-            for gid in ids:
-                node = info[gid].node
-                spread[node] = spread.get(node, 0) + 1
-            self.spread[run.job_id] = spread
-        on_node = self.lent_on_node if run.job_id in self.preemptible else self.kept_on_node
-        for node, n in self.spread[run.job_id].items():
-            self.on_node[node].add(run.job_id)
-            on_node[node] += n
-        if self.config.explain:  # release times serve start estimates only
-            end = run.started_at + run.max_runtime
-            releases = self.releases[run.model]
-            for _ in run.gpu_ids:
-                bisect.insort(releases, end)
-
-    def remove_running(self, job_id: int) -> RunningJob:
-        self.version += 1
-        run = self.running.pop(job_id)
-        self._drain_cands.pop(run.team, None)
-        ids = [g for g in run.gpu_ids if g in self.pool.info]
-        self.pool.give(ids)
-        self.gained += 1
-        self.busy.difference_update(run.gpu_ids)
-        self.team_gpus[run.team] -= len(run.gpu_ids)
-        on_node = self.lent_on_node if job_id in self.preemptible else self.kept_on_node
-        if run.reservation_id is None:
-            self.quotas.give(run.team, run.model, len(run.gpu_ids))
-            self._caps_cache.pop(run.team, None)
-            self.preemptible.discard(job_id)
-        for node, n in self.spread.pop(job_id).items():
-            self.on_node[node].discard(job_id)
-            on_node[node] -= n
-        if self.config.explain:
-            end = run.started_at + run.max_runtime
-            releases = self.releases[run.model]
-            k = bisect.bisect_left(releases, end)
-            stop = min(bisect.bisect_right(releases, end), k + len(run.gpu_ids))
-            del releases[k:stop]
-        return run
-
-    def add_bookings(self, bookings: list[Booking], now: float) -> None:
-        """Active bookings hold their GPUs for their reservation; later ones allow backfill.
-        Both count in their team's quota (see ``QuotaBook.book``)."""
-        future: dict[int, float] = {}
-        for b in bookings:
-            if b.end <= now:
-                continue
-            info = self.pool.info.get(b.gpu_id)
-            model = b.model or (info.model if info else None)
-            if model is not None:
-                self.quotas.book(b, model, now)
-                self._caps_cache.pop(b.team, None)
-                self._drain_cands.pop(b.team, None)
-            if b.start <= now:
-                self.active_bookings.setdefault(b.reservation_id, []).append(b.gpu_id)
-                if b.gpu_id in self.pool.info and b.gpu_id not in self.busy:
-                    self.pool.take((b.gpu_id,))
-            else:
-                future[b.gpu_id] = min(b.start, future.get(b.gpu_id, math.inf))
-        for gid, start in sorted(future.items()):
-            if gid in self.pool.info:
-                self.pool.set_aside_booked(gid, start)
-        first_end: dict[int, float] = {}
-        for b in bookings:
-            if b.end > now and b.gpu_id in self.pool.info and b.gpu_id not in self.busy:
-                first_end[b.gpu_id] = min(b.end, first_end.get(b.gpu_id, math.inf))
-        for gid, end in first_end.items():
-            bisect.insort(self.booking_releases[self.pool.info[gid].model], end)
-
-    def _is_preemptible(self, run: RunningJob) -> bool:
-        return run.priority_class != PriorityClass.GUARANTEED and (
-            run.over_quota or run.priority_class == PriorityClass.PREEMPTIBLE
-        )
 
     # -- one cycle ---------------------------------------------------------------------------
 
@@ -610,37 +398,6 @@ class Engine(PreemptionMixin, ExplainMixin):
             return not self._fits_quota_window(job, cand.model, GUARANTEE)
         return self.quotas.over_guarantee(job.team, cand.model, job.gpu_count)
 
-    def _by_order(self, mode: str) -> None:
-        """Place jobs of all teams in queue order (oldest first / shortest first)."""
-        if self.pool.exhausted():
-            return
-        # Each team enters with a lower bound of its candidate (its oldest queued job); the
-        # real candidate is computed when the team comes up, so a cycle with little to place
-        # looks at a few teams only.
-        # A team is in the heap once, as (key, team, candidate found or None).
-        if mode == GUARANTEE:  # teams at their guarantee have nothing to place in this pass
-            heap = [
-                (key, team, None)
-                for team in self._teams()
-                if (key := self._head_key(team)) and self._caps(team, mode) is not None
-            ]
-        else:
-            heap = [(key, team, None) for team in self._teams() if (key := self._head_key(team))]
-        heapq.heapify(heap)
-        while heap and not self.pool.exhausted():
-            key, team, cand = heapq.heappop(heap)
-            if cand is None or not self._still_fits(cand):
-                cand = self._candidate(team, mode)
-                if cand is None:
-                    continue
-                if cand.key != key:
-                    heapq.heappush(heap, (cand.key, team, cand))
-                    continue
-            self._place(cand, self._over(cand, mode))
-            cand = self._candidate(team, mode)  # None at once when the pool is exhausted
-            if cand is not None:
-                heapq.heappush(heap, (cand.key, team, cand))
-
     def _still_fits(self, cand: Candidate) -> bool:
         """Whether a candidate found earlier in this pass is still its team's: true when it
         still fits, as the free GPUs only shrank since (so no earlier job of the team fits
@@ -664,212 +421,7 @@ class Engine(PreemptionMixin, ExplainMixin):
             head = self._heads[team] = min(entries[0][0] for entries in shapes.values())
         return head
 
-    def _share(self, team: str, job: QueuedJob) -> float:
-        return self._share_at(team, job.queued_since)
-
-    def _share_at(self, team: str, submitted_at: float) -> float:
-        weight = max(1.0, self.quotas.weight.get(team, 0.0))
-        history = self.usage.get(team, 0.0) / (
-            self.total_capacity * self.config.usage_half_life_seconds
-        )
-        now_share = self.team_gpus[team] / self.total_capacity
-        aging = self.config.aging_per_hour / 3600.0
-        return (history + now_share) / weight - aging * (self.now - submitted_at)
-
-    def _drain(self) -> list[int]:
-        """Lead-time draining for guarantees that need room: for each team's oldest job within
-        its guarantee that does not fit in the free GPUs, hold free GPUs back from the spare
-        pass (over-quota work) so they add up instead of being lent again (``_drain_ids``).
-        Recomputed every cycle from the state alone. Returns the GPUs held back (the caller
-        gives them back)."""
-        withheld: list[int] = []
-        taken: set[str] = set()
-        for team in sorted(self.buckets):
-            if self._caps(team, GUARANTEE) is None:
-                continue
-            cand = self._drain_cands.get(team, False)
-            if cand is False:
-                cand = self._candidate(team, GUARANTEE, fitting=False)
-                if team not in self.quotas.later:
-                    self._drain_cands[team] = cand
-            if cand is None:
-                continue
-            ids = self._drain_ids(team, cand, taken)
-            if ids:
-                self.pool.take(ids)
-                withheld.extend(ids)
-        return withheld
-
-    def _drain_ids(self, team: str, cand: Candidate, taken: set[str]) -> list[int]:
-        """The free GPUs to hold back for ``cand`` (none when it fits now). A job that needs
-        one node gets the node that will have room soonest (free GPUs now, over-quota work of
-        other teams once it may be preempted, the rest at its runtime limit), of any model the
-        job accepts and its guarantee covers; a job that may span nodes gets free GPUs of its
-        model up to its size. Nodes in ``taken`` drain for others; the chosen ones join."""
-        pool = self.pool
-        job, model = cand.job, cand.model
-        if job.gpu_model is None and len(pool.models) > 1:
-            # A job of any model drains on the model whose node has room soonest; next
-            # cycle's guarantee pass finds the room on whichever model it is.
-            caps = self._caps(team, GUARANTEE) or {}
-            models = [m for m in pool.models if caps.get(m, 0) >= job.gpu_count]
-        else:
-            models = [model]
-        if any(pool.fits(m, job.gpu_count, job.same_node) for m in models):
-            return []
-        if job.same_node:
-            best = None
-            for m in models:
-                key = self._drain_node_key(job, m, taken)
-                if key is not None and (best is None or key < best[0]):
-                    best = (key, m)
-            if best is None:
-                return []
-            model, node = best[1], best[0][2]
-            taken.add(node)
-            return list(pool.free[model].get(node, ()))
-        ids: list[int] = []
-        by_size = sorted(pool.free[model].items(), key=lambda kv: (-len(kv[1]), kv[0]))
-        for node, free in by_size:
-            if node in taken or not free:
-                continue
-            taken.add(node)
-            ids.extend(free[: job.gpu_count - len(ids)])
-            if len(ids) >= job.gpu_count:
-                break
-        return ids
-
-    def _drain_node(self, job: QueuedJob, model: str, taken: set[str]) -> str | None:
-        """The node of ``model`` (big enough, not drained for another job) where ``job`` would
-        find room soonest; ties: the most free GPUs now, then the name."""
-        key = self._drain_node_key(job, model, taken)
-        return key[2] if key is not None else None
-
-    def _drain_node_key(self, job: QueuedJob, model: str, taken: set[str]) -> tuple | None:
-        """(when it has room, -free GPUs now, node) of ``_drain_node``'s node, or None."""
-        pool, running, now = self.pool, self.running, self.now
-        min_runtime = self.config.preempt_min_runtime_seconds
-        best = None
-        for node, free in pool.free[model].items():
-            if node in taken or pool.node_size[model, node] < job.gpu_count:
-                continue
-            have = len(free)
-            releases = []
-            for jid in self.on_node.get(node, ()):
-                r = running[jid]
-                if r.model != model:
-                    continue
-                if jid in self.preemptible and r.team != job.team:
-                    at = max(now, r.started_at + min_runtime)
-                else:
-                    at = r.started_at + r.max_runtime
-                releases.append((at, self.spread[jid][node]))
-            ready = now
-            if have < job.gpu_count:
-                ready = math.inf
-                for at, n in sorted(releases):
-                    have += n
-                    if have >= job.gpu_count:
-                        ready = at
-                        break
-            key = (ready, -len(free), node)
-            if best is None or key < best:
-                best = key
-        return best if best is not None and best[0] < math.inf else None
-
-    def _spare(self) -> None:
-        """The GPUs left, in ``config.spare_order``: by default the lowest effective share
-        first (weighted fair share)."""
-        if self.pool.exhausted():
-            return
-        order = self.config.spare_order
-        if order == "share":
-            # Lower bound: the share with the oldest job's aging (queue key = submit time).
-            heap = [
-                (self._share_at(team, key[0]), team, None)
-                for team in self._teams()
-                if (key := self._head_key(team))
-            ]
-        elif order in ("las", "tiresias"):
-            # Lower bound: nothing run yet, the oldest job.
-            heap = [
-                ((0.0, key), team, None) for team in self._teams() if (key := self._head_key(team))
-            ]
-        else:
-            heap = [
-                (self._spare_key(team, cand), team, cand)
-                for team in self._teams()
-                if (cand := self._candidate(team, SPARE)) is not None
-            ]
-        heapq.heapify(heap)
-        while heap and not self.pool.exhausted():
-            share, team, cand = heapq.heappop(heap)
-            if cand is None or not self._still_fits(cand):
-                cand = self._candidate(team, SPARE)
-                if cand is None:
-                    continue
-                now_share = self._spare_key(team, cand)
-                if now_share != share:
-                    heapq.heappush(heap, (now_share, team, cand))
-                    continue
-            self._place(cand, self._over(cand, SPARE))
-            cand = self._candidate(team, SPARE)
-            if cand is not None:
-                heapq.heappush(heap, (self._spare_key(team, cand), team, cand))
-
-    def _spare_key(self, team: str, cand: Candidate):
-        """Where the team's candidate stands in the spare pool (lowest first)."""
-        order = self.config.spare_order
-        job = cand.job
-        if order == "share":
-            return self._share_at(team, job.queued_since)
-        if order == "las":
-            return (job.attained, cand.key)
-        if order == "tiresias":
-            return (bisect.bisect_left(TIRESIAS_BOUNDS, job.attained), cand.key)
-        runtime = max(job.max_runtime, 10.0)
-        return -(self.now - job.submitted_at + runtime) / runtime
-
     # -- preemption --------------------------------------------------------------------------
-
-    def _reservations(self) -> None:
-        for job in sorted(self.reservation_jobs.values(), key=_order_key("fifo")):
-            if job.reservation_id not in self.active_bookings:
-                self.explained[job.job_id] = Pending(
-                    job.job_id,
-                    PendingReason.RESERVATION_NOT_ACTIVE,
-                    "Its reservation is not active now; the job runs only inside it.",
-                )
-                continue
-            gpus = [
-                g
-                for g in self.active_bookings[job.reservation_id]
-                if g not in self.busy and g in self.pool.info
-            ]
-            model_of = {g: self.pool.info[g].model for g in gpus}
-            placed = False
-            for model in sorted({m for m in model_of.values() if job.gpu_model in (None, m)}):
-                ids = [g for g in gpus if model_of[g] == model]
-                if len(ids) < job.gpu_count:
-                    continue
-                picks = ids[: job.gpu_count]
-                if job.same_node:
-                    by_node: dict[str, list[int]] = defaultdict(list)
-                    for g in ids:
-                        by_node[self.pool.info[g].node].append(g)
-                    fitting = [v for v in by_node.values() if len(v) >= job.gpu_count]
-                    if not fitting:
-                        continue
-                    picks = min(fitting, key=len)[: job.gpu_count]
-                self._place(Candidate((), job, model, picks), False)
-                placed = True
-                break
-            if not placed:
-                self.explained[job.job_id] = Pending(
-                    job.job_id,
-                    PendingReason.NO_CAPACITY,
-                    f"Its reservation has no {gpus_phrase(job.gpu_count, job.gpu_model)} left now.",
-                )
 
     # -- why the others wait -----------------------------------------------------------------
 

@@ -34,7 +34,8 @@ from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from apps.jobs.scheduler.core import Engine, SchedulerConfig, running_from, schedule
+from apps.jobs.scheduler.config import SchedulerConfig, running_from
+from apps.jobs.scheduler.core import Engine, schedule
 from apps.jobs.scheduler.quotas import QuotaBook
 from apps.jobs.scheduler.state import (
     ClusterState,
