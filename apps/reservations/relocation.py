@@ -79,6 +79,7 @@ def reservations_relocate_off_gpus(
                 over_quota=holding.over_quota,
             )
         entry["moved_to"] = f"{replacement.node}/gpu{replacement.index}"
+        entry["reason"] = why
         report["moved"].append(entry)
         audit_record(
             actor=actor,
@@ -160,10 +161,12 @@ def _notify_moved(moved: list[dict]) -> None:
 
 
 def _moved_body(reservation: Reservation, entries: list[dict], lines: str) -> str:
+    reasons = sorted({entry["reason"] for entry in entries if entry.get("reason")})
+    because = f" because {' and '.join(reasons)}" if reasons else ""
     return (
-        f"{len(entries)} GPU(s) of your booking #{reservation.pk} "
+        f"{format_count(len(entries), 'GPU')} of your booking #{reservation.pk} "
         f"({reservation.gpu_model.name}, {format_when(reservation.start)} - "
-        f"{format_when(reservation.end)}) left service, so the booking now uses other GPUs "
-        f"of the same model:\n{lines}"
+        f"{format_when(reservation.end)}) left service{because}, so the booking now uses "
+        f"other GPUs of the same model:\n{lines}"
         "Point your jobs at the new node; the booking's times are unchanged.\n"
     )

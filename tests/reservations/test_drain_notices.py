@@ -41,10 +41,17 @@ def test_moved_booking_page_says_from_where_to_where_and_why(
     assert 'data-testid="stranded-gpus"' not in html
 
 
-def test_node_drain_names_the_node(client, member, platform_admin, quotas, h100, tomorrow_9):
+def test_node_drain_names_the_node(
+    client, member, platform_admin, quotas, h100, tomorrow_9, mailoutbox,
+    django_capture_on_commit_callbacks,
+):  # fmt: skip
     booking = _book(quotas[0].team, member, h100, tomorrow_9, 2, same_node=True)
     node = Node.objects.get(pk=booking.holdings.first().gpu.node_id)
-    node_change_state(node=node, operation="drain", actor=platform_admin, reason="firmware")
+    with django_capture_on_commit_callbacks(execute=True):
+        node_change_state(node=node, operation="drain", actor=platform_admin, reason="firmware")
+    (mail,) = mailoutbox
+    assert f"2 GPUs of your booking #{booking.pk}" in mail.body
+    assert f"left service because node {node.hostname} was drained, so" in mail.body
     html = _page(client, member, booking)
     assert html.count(f"because node {node.hostname} was drained.") == 2
 
