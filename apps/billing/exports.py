@@ -29,7 +29,7 @@ import json
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, date
+from datetime import UTC, date, timedelta
 from decimal import ROUND_HALF_EVEN, Decimal
 
 from django.conf import settings
@@ -40,6 +40,7 @@ from apps.billing.choices import PLATFORM_COST_CENTER, ChargeSource, is_showback
 from apps.billing.invoices import invoice_id
 from apps.billing.models import Adjustment, BillingPeriod, LedgerEntry
 from apps.billing.money import ExactSum
+from apps.billing.periods import month_bounds
 
 CENT = Decimal("0.01")
 HOURS = Decimal(3600)
@@ -346,6 +347,34 @@ def table_rows(scope: ExportScope) -> Iterator[dict]:
             "currency": settings.BILLING_CURRENCY,
             "draft": flag(scope.draft),
         }
+        yield {name: row[name] for name in columns}
+    if not showback:
+        yield from _recovery_rows(scope, columns)
+
+
+def _recovery_rows(scope: ExportScope, columns: list[str]) -> Iterator[dict]:
+    """The month's platform-cost recovery lines (`recovery.recovery_entries`; none under the
+    default `keep`): each team's share, and the platform giving the total back."""
+    from apps.billing.recovery import RECOVERY_LINE, recovery_entries
+
+    last_day = month_bounds(scope.period.month)[1].date() - timedelta(days=1)
+    for entry in recovery_entries(scope.period, scope.team_id):
+        team = entry.team
+        row = dict.fromkeys(columns, "") | {
+            "period": f"{scope.period.month:%Y-%m}",
+            "day": last_day.isoformat(),
+            "team": team.slug if team else PLATFORM_COST_CENTER,
+            "cost_center": (team.cost_center or team.slug) if team else PLATFORM_COST_CENTER,
+            "line_type": RECOVERY_LINE,
+            "description": entry.description,
+            **{name: Decimal(0) for name in MONEY_COLUMNS if name in columns},
+            "cost": entry.amount,
+            "currency": settings.BILLING_CURRENCY,
+            "draft": flag(scope.draft),
+        }
+        for name in ("gpu_hours", "busy_gpu_hours", "held_idle_gpu_hours",
+                     "over_quota_gpu_hours", "energy_kwh"):  # fmt: skip
+            row[name] = Decimal(0)
         yield {name: row[name] for name in columns}
 
 

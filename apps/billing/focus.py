@@ -108,40 +108,26 @@ def focus_rows(scope: ExportScope, version: str = DEFAULT_FOCUS_VERSION) -> Iter
     yield from _recovery_rows(context, version)
 
 
-RECOVERY_LINE = "platform-share"
-
-
 def _recovery_rows(context: "_Context", version: str) -> Iterator[dict]:
     """Under a month's cost recovery policy (`recovery.py`), one row per team for its share of
     the platform's cost and, in an export of all teams, one platform row giving the same total
     back, so the export still sums to the fleet's total. In 1.3 they are a split-cost
     allocation of the platform's cost: AllocatedMethodId names the policy and
-    AllocatedMethodDetails each team's ratio."""
-    from apps.billing.recovery import recovery
-    from apps.teams.models import Team
+    AllocatedMethodDetails each row's ratio."""
+    from apps.billing.recovery import RECOVERY_LINE, policy_for, recovery_entries
 
     scope = context.scope
-    split = recovery(scope.period)
-    if not split.shares:
+    entries = recovery_entries(scope.period, scope.team_id)
+    if not entries:
         return
-    teams = Team.objects.in_bulk(list(split.shares))
-    method = f"platform-cost-recovery-{split.method}"
+    method = f"platform-cost-recovery-{policy_for(scope.period)}"
     last_day = (context.period_end - timedelta(days=1)).date()
-    entries = [
-        (teams[team_id], share)
-        for team_id, share in sorted(split.shares.items(), key=lambda kv: teams[kv[0]].slug)
-        if scope.team_id in (None, team_id)
-    ]
-    if scope.team_id is None:
-        entries.append((None, -split.recovered))
-    for team, amount in entries:
+    for entry in entries:
+        team, amount = entry.team, entry.amount
         line = {
             "cost": amount, "sum_gpu_seconds": 0, "unit_price": None, "day": last_day,
             "held_idle_seconds": 0, "source": ChargeSource.ADJUSTMENT, "source_id": 0,
-            "description": (
-                f"Share of the platform's cost ({split.get_method_display()})" if team
-                else "Platform cost recovered from the teams"
-            ),
+            "description": entry.description,
             "sub_account": team.slug if team else PLATFORM_COST_CENTER,
             "team__name": team.name if team else None, "team_id": team.pk if team else None,
             "team__cost_center": team.cost_center if team else None,
@@ -156,14 +142,12 @@ def _recovery_rows(context: "_Context", version: str) -> Iterator[dict]:
             yield row
             continue
         row = _allocated_row(context, line, row, _shares(line)[0])
-        ratio = amount / split.platform_cost
         row["AllocatedMethodId"] = method
         row["AllocatedMethodDetails"] = json.dumps(
-            {"Elements": [{"AllocatedRatio": float(ratio)}], "x_Share": RECOVERY_LINE}
+            {"Elements": [{"AllocatedRatio": float(entry.ratio)}], "x_Share": RECOVERY_LINE}
         )
         row["AllocatedTags"] = json.dumps(
-            {f"{TAG_PREFIX}share": RECOVERY_LINE, f"{TAG_PREFIX}policy": split.method},
-            sort_keys=True,
+            {f"{TAG_PREFIX}share": RECOVERY_LINE, f"{TAG_PREFIX}policy": method}, sort_keys=True
         )
         yield row
 

@@ -113,3 +113,43 @@ def recovery(period: BillingPeriod, totals: list[dict] | None = None) -> Recover
     if method != RecoveryMethod.KEEP and platform_cost:
         result.shares = split_largest_remainder(platform_cost, weights(method, period, totals))
     return result
+
+
+RECOVERY_LINE = "platform-share"
+
+
+@dataclass(frozen=True)
+class RecoveryEntry:
+    """One export line of a recovery: a team's share (team set) or, in an export of all
+    teams, the platform giving the recovered total back (team None, a negative amount)."""
+
+    team: Team | None
+    amount: Decimal
+    ratio: Decimal
+    description: str
+
+
+def recovery_entries(period: BillingPeriod, team_id: int | None = None) -> list[RecoveryEntry]:
+    """The lines every export adds for the month's recovery (none under `keep`): one per team
+    share (only `team_id`'s when given), then the platform's negative line (all teams only),
+    so an export still sums to the fleet's total."""
+    split = recovery(period)
+    if not split.shares:
+        return []
+    teams = Team.objects.in_bulk(list(split.shares))
+    label = split.get_method_display()
+    entries = [
+        RecoveryEntry(
+            teams[pk], share, share / split.platform_cost, f"Share of the platform's cost ({label})"
+        )
+        for pk, share in sorted(split.shares.items(), key=lambda item: teams[item[0]].slug)
+        if team_id in (None, pk)
+    ]
+    if team_id is None:
+        entries.append(
+            RecoveryEntry(
+                None, -split.recovered, -split.recovered / split.platform_cost,
+                f"Platform cost recovered from the teams ({label})",
+            )
+        )  # fmt: skip
+    return entries

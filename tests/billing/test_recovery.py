@@ -204,3 +204,30 @@ def test_prices_forecasts_and_recovery_agree_on_sqlite(tmp_path):
         ), method
         if method != "keep":
             assert Decimal(split["kept"]) == 0 and Decimal(split["recovered"]) > 0, method
+
+
+def test_csv_and_json_exports_carry_the_share_lines(client, month, finance_user):
+    import csv
+    import io
+
+    client.force_login(finance_user)
+    before = client.get("/api/v1/chargeback/", {"period": "2026-11", "format": "csv"})
+    assert "platform-share" not in b"".join(before.streaming_content).decode()
+    cost_recovery_set(actor=finance_user, period=month, method=RecoveryMethod.EVEN)
+    response = client.get("/api/v1/chargeback/", {"period": "2026-11", "format": "csv"})
+    rows = list(csv.DictReader(io.StringIO(b"".join(response.streaming_content).decode())))
+    shares = {r["team"]: Decimal(r["cost"]) for r in rows if r["line_type"] == "platform-share"}
+    assert shares.pop("platform") == Decimal("-31327.00")
+    assert sorted(shares.values()) == [
+        Decimal("10442.33"),
+        Decimal("10442.33"),
+        Decimal("10442.34"),
+    ]
+    assert sum(shares.values()) == Decimal("31327.00")
+    assert sum(Decimal(r["cost"]) for r in rows) == Decimal("31392.00")
+    body = b"".join(
+        client.get(
+            "/api/v1/chargeback/", {"period": "2026-11", "format": "json", "team": "vision"}
+        ).streaming_content
+    )
+    assert b"platform-share" in body and b"-31327" not in body
