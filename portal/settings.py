@@ -435,13 +435,17 @@ CELERY_BEAT_SCHEDULE["reservations-lifecycle"] = {
 TELEMETRY_MISSED_POLLS_UNREACHABLE = env.int("TELEMETRY_MISSED_POLLS_UNREACHABLE", default=3)
 TELEMETRY_RAW_RETENTION_DAYS = env.int("TELEMETRY_RAW_RETENTION_DAYS", default=7)
 TELEMETRY_MINUTE_RETENTION_DAYS = env.int("TELEMETRY_MINUTE_RETENTION_DAYS", default=90)
-TELEMETRY_BUSY_UTIL_PERCENT = env.int("TELEMETRY_BUSY_UTIL_PERCENT", default=5)
 TELEMETRY_MAX_CLOCK_SKEW_SECONDS = env.int("TELEMETRY_MAX_CLOCK_SKEW_SECONDS", default=300)
-# On GPUs with GPM metrics (Hopper and newer) busy time and idleness use SM activity, a truer
-# signal than utilization % (one tiny kernel reads as 100 % utilization).
-TELEMETRY_SM_ACTIVE_BUSY_PERCENT = env.float("TELEMETRY_SM_ACTIVE_BUSY_PERCENT", default=5.0)
-IDLE_UTIL_PERCENT = env.int("IDLE_UTIL_PERCENT", default=5)
-IDLE_SM_ACTIVE_PERCENT = env.float("IDLE_SM_ACTIVE_PERCENT", default=5.0)
+# One busy rule for busy time, the idle page and idle reclaim (apps/telemetry/activity.py). On
+# GPUs with GPM metrics (Hopper and newer) it uses SM activity, a truer signal than
+# utilization % (one tiny kernel reads as 100 % utilization). IDLE_UTIL_PERCENT and
+# IDLE_SM_ACTIVE_PERCENT, which reclaim once used, are deprecated fallbacks.
+TELEMETRY_BUSY_UTIL_PERCENT = env.int(
+    "TELEMETRY_BUSY_UTIL_PERCENT", default=env.int("IDLE_UTIL_PERCENT", default=5)
+)
+TELEMETRY_SM_ACTIVE_BUSY_PERCENT = env.float(
+    "TELEMETRY_SM_ACTIVE_BUSY_PERCENT", default=env.float("IDLE_SM_ACTIVE_PERCENT", default=5.0)
+)
 IDLE_WINDOW_MINUTES = env.int("IDLE_WINDOW_MINUTES", default=30)
 IDLE_GRACE_MINUTES = env.int("IDLE_GRACE_MINUTES", default=15)
 IDLE_NO_SHOW_MINUTES = env.int("IDLE_NO_SHOW_MINUTES", default=30)

@@ -9,6 +9,7 @@ import plotly.graph_objects as go
 from apps.billing.selectors import price_per_gpu_hour
 from apps.dashboards import selectors
 from apps.dashboards.selectors import UNALLOCATED, Filters
+from apps.telemetry.activity import activity_of
 from apps.telemetry.choices import ActivitySignal
 from portal.plotting import GREY, LAYOUT, PALETTE, TIME_AXIS, figure_json  # noqa: F401
 
@@ -100,8 +101,9 @@ def utilization(filters: Filters) -> dict:
     hover = [["" for _ in models] for _ in teams]
     for c in cells:
         row, col = teams.index(c["team_slug"]), models.index(c["model_name"])
-        gpm = c["sm_active"] is not None
-        z[row][col] = round(c["sm_active"] if gpm else c["util"], 1)
+        activity, signal = activity_of(sm_active_avg=c["sm_active"], util_avg=c["util"])
+        gpm = signal == ActivitySignal.SM_ACTIVE
+        z[row][col] = round(activity, 1)
         text[row][col] = f"{z[row][col]:.0f}%" + (" SM" if gpm else "")
         hover[row][col] = f"{c['team_slug']} on {c['model_name']}: " + (
             f"SM activity {c['sm_active']:.1f}% (utilization {c['util']:.1f}%)"

@@ -3,13 +3,12 @@
 An allocation is a set of (GPU, [start, end)) holdings: a job's GPUs over all its attempts, or
 a booking's GPUs. Its figures:
 
-- GPU-hours held, and busy GPU-hours (the rollups' busy seconds: SM activity above the busy
-  threshold where the GPU reports GPM metrics, utilization otherwise);
-- average activity: SM activity where every minute of it has the metric, else NVML's
-  utilization % (the figure says which);
+- GPU-hours held, and busy GPU-hours (the rollups' busy seconds: `apps.telemetry.activity`);
+- average activity: SM activity over the minutes that report it where any does, else NVML's
+  utilization % (the figure says which; `activity.activity_of`);
 - average and peak memory used, against the memory of one GPU of the model;
 - idle GPUs: GPUs of the allocation busy less than EFFICIENCY_IDLE_GPU_BUSY_PERCENT of the time
-  they were held (asked for 8, used 1: 7 idle GPUs).
+  they were held (asked for 8, used 1: 7 idle GPUs; `activity.held_gpu_is_idle`).
 
 The rollups are read in one grouped query per kind of allocation (a join of the minute rollups
 with the job allocations or booking holdings on GPU and time), so a page of jobs costs the same
@@ -20,17 +19,12 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from django.conf import settings
 from django.db.models import Avg, Count, DateTimeField, ExpressionWrapper, F, Max, Q, Sum, Value
 from django.db.models.functions import Coalesce, Greatest, Least
 
 from apps.fleet.models import Gpu
-from apps.telemetry.choices import ActivitySignal
+from apps.telemetry.activity import activity_of, covers, held_gpu_is_idle
 from apps.telemetry.models import GpuHourRollup, GpuMinuteRollup
-
-COVERAGE = 0.8  # as idle detection: share of the time held that must have telemetry
-SM_ACTIVITY = ActivitySignal.SM_ACTIVE
-UTILIZATION = ActivitySignal.UTIL
 
 
 @dataclass(slots=True)
@@ -53,7 +47,7 @@ class GpuUsage:
     def covered(self) -> bool:
         """Telemetry covers most of the time held: only then can the GPU be called idle
         (missing telemetry is never taken for idleness)."""
-        return self.minutes * 60 >= COVERAGE * self.held_seconds
+        return covers(self.minutes * 60, self.held_seconds)
 
 
 @dataclass(slots=True)
@@ -145,23 +139,15 @@ def summarize(per_gpu: list[GpuUsage], *, memory_total_mib: int | None) -> Effic
     """Fold per-GPU usage into the allocation's figures."""
     held = sum(g.held_seconds for g in per_gpu)
     telemetry_minutes = sum(g.minutes for g in per_gpu)
-    sm, sm_minutes = _weighted([(g.sm_avg, g.sm_minutes) for g in per_gpu])
+    sm, _ = _weighted([(g.sm_avg, g.sm_minutes) for g in per_gpu])
     util, _ = _weighted([(g.util_avg, g.util_minutes) for g in per_gpu])
-    # SM activity only when every minute with telemetry has it: a mix would compare apples
-    # (SM activity) with oranges (utilization) across GPUs of one allocation.
-    if sm is not None and sm_minutes == telemetry_minutes:
-        activity, signal = sm, SM_ACTIVITY
-    elif util is not None:
-        activity, signal = util, UTILIZATION
-    else:
-        activity, signal = None, None
+    activity, signal = activity_of(sm_active_avg=sm, util_avg=util)
     mem, _ = _weighted([(g.mem_avg_mib, g.mem_minutes) for g in per_gpu])
     peaks = [g.mem_peak_mib for g in per_gpu if g.mem_peak_mib is not None]
-    threshold = settings.EFFICIENCY_IDLE_GPU_BUSY_PERCENT / 100
     idle = [
         g
         for g in per_gpu
-        if g.held_seconds > 0 and g.covered and g.busy_seconds < threshold * g.held_seconds
+        if g.covered and held_gpu_is_idle(busy_seconds=g.busy_seconds, held_seconds=g.held_seconds)
     ]
     return Efficiency(
         gpus=len(per_gpu),

@@ -10,42 +10,23 @@ from functools import partial
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Count, Q
+from django.db.models import Count
 from django.utils import timezone
 
 from apps.fleet.models import Gpu
 from apps.reservations.choices import ReservationStatus
 from apps.reservations.models import Reservation, ReservationGpu
 from apps.reservations.services import notify_team, reservation_release
-from apps.telemetry.choices import ActivitySignal, IdleKind
+from apps.telemetry.activity import covers, idle_minute_q, idle_threshold_text, window_signal
+from apps.telemetry.choices import IdleKind
 from apps.telemetry.models import GpuMinuteRollup, IdleInterval, IdleWarning
 from portal.formatting import format_when
-
-COVERAGE = 0.8  # share of the window's minutes that must have telemetry to call a GPU idle
-
-
-def idle_minute_q() -> Q:
-    """A minute rollup in which its GPU sat idle: SM activity below IDLE_SM_ACTIVE_PERCENT
-    where the GPU reports GPM metrics, peak utilization below IDLE_UTIL_PERCENT otherwise."""
-    return Q(sm_active_avg__lt=settings.IDLE_SM_ACTIVE_PERCENT) | Q(
-        sm_active_avg__isnull=True, util_max__lt=settings.IDLE_UTIL_PERCENT
-    )
-
-
-def idle_threshold_text(signals: set[str]) -> str:
-    """ "SM activity below 5%", "utilization below 5%", or both, for the signals judged on."""
-    parts = []
-    if ActivitySignal.SM_ACTIVE in signals:
-        parts.append(f"SM activity below {settings.IDLE_SM_ACTIVE_PERCENT:g}%")
-    if ActivitySignal.UTIL in signals or not parts:
-        parts.append(f"utilization below {settings.IDLE_UTIL_PERCENT}%")
-    return " / ".join(parts)
 
 
 def _idle_over(gpu_ids: list[int], start: datetime, end: datetime) -> set[str] | None:
     """The signals the GPUs were judged idle on, when every GPU reported for most of
-    [start, end) and never reached the threshold of its signal; None when not idle. Missing
-    telemetry is never taken for idleness."""
+    [start, end) and had no busy minute (`activity`); None when not idle. Missing telemetry is
+    never taken for idleness."""
     minutes = max(1, int((end - start).total_seconds() // 60))
     stats = {
         row["gpu_id"]: row
@@ -62,20 +43,19 @@ def _idle_over(gpu_ids: list[int], start: datetime, end: datetime) -> set[str] |
     signals = set()
     for gpu_id in gpu_ids:
         row = stats.get(gpu_id)
-        if row is None or row["minutes"] < COVERAGE * minutes:
+        if row is None or not covers(row["minutes"], minutes):
             return None
         if row["idle_minutes"] < row["minutes"]:
             return None
-        signals.add(ActivitySignal.SM_ACTIVE if row["gpm_minutes"] else ActivitySignal.UTIL)
+        signals.add(window_signal(row["gpm_minutes"]))
     return signals
 
 
 def idle_bookings_check(*, now: datetime | None = None) -> dict[str, int]:
     """Warn teams whose active bookings sit idle; release those still idle after the grace.
 
-    Idle: every GPU of the booking below its threshold (SM activity under
-    IDLE_SM_ACTIVE_PERCENT where it reports GPM, utilization under IDLE_UTIL_PERCENT otherwise)
-    for the last IDLE_WINDOW_MINUTES
+    Idle: no busy minute (`apps.telemetry.activity`) on any GPU of the booking for the last
+    IDLE_WINDOW_MINUTES
     (or, for a booking younger than that, since it started, once IDLE_NO_SHOW_MINUTES passed:
     a no-show). Teams with idle reclaim off are never warned or released."""
     now = now or timezone.now()
@@ -143,8 +123,8 @@ def _minute(moment: datetime) -> datetime:
 def idle_intervals_update(*, now: datetime | None = None) -> dict[str, int]:
     """Extend (or open) the idle intervals with the minute that just ended.
 
-    held_idle: a GPU in an active booking whose last minute stayed below the threshold (SM
-    activity where the GPU reports it, utilization otherwise: `idle_minute_q`).
+    held_idle: a GPU in an active booking whose last minute had no busy sample
+    (`activity.idle_minute_q`, the rule idle reclaim and the idle page use).
     unallocated: a schedulable GPU nobody holds."""
     end = _minute(now or timezone.now())
     start = end - timedelta(minutes=1)

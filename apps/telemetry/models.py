@@ -1,13 +1,8 @@
 from django.db import models
 
-from apps.telemetry.choices import ActivitySignal, IdleKind
+from apps.telemetry.activity import signal_of_average
+from apps.telemetry.choices import IdleKind
 from portal.formatting import format_span
-
-
-def activity_signal(sm_active_avg: float | None) -> str:
-    """The signal a GPU's (or rollup's) busy time and idleness are judged by: SM activity where
-    the GPU reports GPM metrics, NVML utilization % otherwise."""
-    return ActivitySignal.UTIL if sm_active_avg is None else ActivitySignal.SM_ACTIVE
 
 
 class GpuSample(models.Model):
@@ -140,7 +135,7 @@ class RollupBase(models.Model):
     @property
     def activity_signal(self) -> str:
         """Which signal this bucket's busy time and idleness come from."""
-        return activity_signal(self.sm_active_avg)
+        return signal_of_average(self.sm_active_avg)
 
 
 class GpuMinuteRollup(RollupBase):  # noqa: DJ008 - __str__ inherited

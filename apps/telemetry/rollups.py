@@ -12,10 +12,10 @@ counter reset (negative step) is skipped.
 from collections import defaultdict
 from datetime import UTC, datetime, timedelta
 
-from django.conf import settings
 from django.db import connection, transaction
 
 from apps.reservations.models import ReservationGpu
+from apps.telemetry.activity import busy_sample_sql, sample_is_busy
 from apps.telemetry.models import GpuHourRollup, GpuMinuteRollup, GpuSample, LateSampleRange
 
 LOOKBACK = timedelta(minutes=5)  # how far before an interval to look for the previous sample
@@ -47,9 +47,7 @@ WITH s AS (
            avg(util_gpu) AS util_avg, max(util_gpu) AS util_max,
            avg(mem_used_mib) AS mem_avg, max(mem_used_mib) AS mem_max, avg(power_w) AS power_avg,
            sum(step_mj) FILTER (WHERE step_mj >= 0) / 1000.0 AS energy_j,
-           60.0 * count(*) FILTER (
-               WHERE sm_active >= %(sm_busy)s OR (sm_active IS NULL AND util_gpu >= %(busy)s)
-           ) / count(*) AS busy_seconds,
+           60.0 * count(*) FILTER (WHERE {busy_sample}) / count(*) AS busy_seconds,
            avg(sm_active) AS sm_active_avg, avg(sm_occupancy) AS sm_occupancy_avg,
            avg(tensor_active) AS tensor_active_avg, avg(dram_bw_util) AS dram_bw_avg
     FROM s WHERE ts >= %(start)s
@@ -209,16 +207,11 @@ def rollup_minutes(*, start: datetime, end: datetime, portable: bool | None = No
         portable = connection.vendor != "postgresql"
     with transaction.atomic():
         if not portable:
+            busy_sample, busy_params = busy_sample_sql()
             with connection.cursor() as cursor:
                 cursor.execute(
-                    MINUTE_SQL,
-                    {
-                        "start": start,
-                        "end": end,
-                        "lookback": start - LOOKBACK,
-                        "busy": settings.TELEMETRY_BUSY_UTIL_PERCENT,
-                        "sm_busy": settings.TELEMETRY_SM_ACTIVE_BUSY_PERCENT,
-                    },
+                    MINUTE_SQL.format(busy_sample=busy_sample),
+                    {"start": start, "end": end, "lookback": start - LOOKBACK, **busy_params},
                 )
                 return cursor.rowcount
         return _upsert(GpuMinuteRollup, _portable_minutes(start, end))
@@ -255,13 +248,6 @@ GPM_AVERAGES = ("sm_active_avg", "sm_occupancy_avg", "tensor_active_avg", "dram_
 def _mean(values: list) -> float | None:
     present = [v for v in values if v is not None]
     return sum(present) / len(present) if present else None
-
-
-def sample_is_busy(util: int | None, sm_active: float | None) -> bool:
-    """Busy by SM activity where the GPU reports it (GPM), by utilization % otherwise."""
-    if sm_active is not None:
-        return sm_active >= settings.TELEMETRY_SM_ACTIVE_BUSY_PERCENT
-    return util is not None and util >= settings.TELEMETRY_BUSY_UTIL_PERCENT
 
 
 def _portable_minutes(start: datetime, end: datetime) -> list[GpuMinuteRollup]:

@@ -9,7 +9,8 @@ from django.db import connection
 from django.db.models import Max, Q, QuerySet, Sum
 from django.utils import timezone
 
-from apps.telemetry.choices import ActivitySignal, IdleKind
+from apps.telemetry.activity import activity_of, signal_of_average
+from apps.telemetry.choices import IdleKind
 from apps.telemetry.models import (
     GpuHourRollup,
     GpuMinuteRollup,
@@ -187,7 +188,9 @@ def team_model_totals(
             name: row[total] / row[count] if row[count] else None
             for name, (total, count) in TEAM_MODEL_AVERAGES.items()
         }
-        gpm = averages["sm_active_avg"] is not None
+        activity, _ = activity_of(
+            sm_active_avg=averages["sm_active_avg"], util_avg=averages["util_avg"]
+        )
         result.append(
             {
                 "team_id": row["team_id"],
@@ -197,8 +200,8 @@ def team_model_totals(
                 "energy_kwh": row["energy"] / 3.6e6 if row["energy"] is not None else None,
                 **averages,
                 "mem_used_max_mib": row["mem_max"],
-                "signal": ActivitySignal.SM_ACTIVE if gpm else ActivitySignal.UTIL,
-                "activity_avg": averages["sm_active_avg" if gpm else "util_avg"],
+                "signal": signal_of_average(averages["sm_active_avg"]),
+                "activity_avg": activity,
             }
         )
     result.sort(key=lambda r: (r["team_id"] is None, r["team_id"] or 0, r["gpu_model_id"]))

@@ -6,6 +6,7 @@ from datetime import timedelta
 import pytest
 from django.core import mail
 
+from apps.telemetry.activity import signal_of_average
 from apps.telemetry.choices import ActivitySignal, IdleKind
 from apps.telemetry.idle import idle_bookings_check, idle_intervals_update
 from apps.telemetry.ingest import store_samples, telemetry_ingest
@@ -15,7 +16,6 @@ from apps.telemetry.models import (
     GpuSample,
     IdleInterval,
     IdleWarning,
-    activity_signal,
 )
 from apps.telemetry.rollups import rollup_hours, rollup_minutes
 from tests.telemetry.conftest import batch, sample
@@ -89,7 +89,7 @@ def test_gpm_values_are_stored_and_averaged_over_samples_that_had_them(node_gpus
     assert all(getattr(rows[c], name) is None for name in GPM)
     assert rows[a].activity_signal == ActivitySignal.SM_ACTIVE
     assert rows[c].activity_signal == ActivitySignal.UTIL
-    assert activity_signal(0.0) == ActivitySignal.SM_ACTIVE  # zero activity is still a signal
+    assert signal_of_average(0.0) == ActivitySignal.SM_ACTIVE  # zero activity is still a signal
 
 
 def test_sm_busy_threshold_is_a_setting(node_gpus, minute, settings):
@@ -202,5 +202,6 @@ def test_busy_sms_keep_a_booking_and_gpus_without_gpm_use_utilization(
     assert IdleWarning.objects.get().reason.startswith(
         "SM activity below 5% / utilization below 5%"
     )
-    settings.IDLE_SM_ACTIVE_PERCENT = 2.5  # SM activity 3 % is now use
+    settings.TELEMETRY_SM_ACTIVE_BUSY_PERCENT = 2.5  # SM activity 3 % is now use
+    rollup_minutes(start=start, end=minute)
     assert idle_bookings_check(now=now)["cleared"] == 1

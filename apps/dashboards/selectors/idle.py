@@ -3,7 +3,7 @@
 from collections import defaultdict
 from datetime import datetime, timedelta
 
-from django.db.models import Count, Max
+from django.db.models import Count
 from django.utils import timezone
 
 from apps.dashboards.selectors.filters import MAX_POINTS, UNALLOCATED, Filters, floor_to_step
@@ -13,7 +13,8 @@ from apps.jobs.models import JobAllocation
 from apps.reservations.choices import OPEN_STATUSES, ReservationStatus
 from apps.reservations.models import Reservation, ReservationGpu
 from apps.teams.models import Team
-from apps.telemetry.choices import ActivitySignal, IdleKind
+from apps.telemetry.activity import busy_minute_q, window_signal
+from apps.telemetry.choices import IdleKind
 from apps.telemetry.models import GpuMinuteRollup
 from apps.telemetry.selectors import idle_hours_by_step
 
@@ -109,7 +110,7 @@ def gpu_states_now(filters: Filters, *, now: datetime | None = None) -> list[dic
         row["gpu_id"]: row
         for row in GpuMinuteRollup.objects.filter(bucket__gte=recent)
         .values("gpu_id")
-        .annotate(busy=Max("busy_seconds"), gpm_minutes=Count("sm_active_avg"))
+        .annotate(busy=Count("id", filter=busy_minute_q()), gpm_minutes=Count("sm_active_avg"))
     }
     visible = set(filters.team_ids)
     slugs = dict(Team.objects.filter(pk__in=visible).values_list("pk", "slug"))
@@ -145,8 +146,6 @@ def gpu_states_now(filters: Filters, *, now: datetime | None = None) -> list[dic
 
 
 def _signal(recent: dict | None) -> str:
-    """What the GPU's busy/idle state is judged on: SM activity where it reports GPM metrics
-    (Hopper and newer), utilization % otherwise; empty without recent telemetry."""
-    if recent is None:
-        return ""
-    return ActivitySignal.SM_ACTIVE if recent["gpm_minutes"] else ActivitySignal.UTIL
+    """What the GPU's busy/idle state is judged on (`window_signal`); empty without recent
+    telemetry."""
+    return "" if recent is None else window_signal(recent["gpm_minutes"])
