@@ -167,7 +167,7 @@ def test_deprecated_idle_thresholds_are_read_only_where_the_busy_ones_are_unset(
             "from portal import settings as s;"
             "print(s.TELEMETRY_BUSY_UTIL_PERCENT, s.TELEMETRY_SM_ACTIVE_BUSY_PERCENT)",
         ],
-        env={**clean, **env},
+        env={**clean, "DJANGO_DEBUG": "1", **env},
         capture_output=True,
         text=True,
         check=True,

@@ -23,7 +23,6 @@ from apps.dashboards.selectors.fleet import (  # noqa: F401
     quota_pressure,
 )
 from apps.dashboards.selectors.home import (  # noqa: F401
-    busy_threshold,
     home_summary,
 )
 from apps.dashboards.selectors.idle import (  # noqa: F401

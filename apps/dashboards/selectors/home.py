@@ -3,7 +3,6 @@
 from collections import defaultdict
 from datetime import datetime
 
-from django.conf import settings
 from django.db.models import Count
 from django.utils import timezone
 
@@ -17,10 +16,6 @@ from apps.jobs.models import Job
 from apps.reservations.choices import OPEN_STATUSES
 from apps.reservations.models import Reservation
 from apps.teams.models import Quota, Team
-
-
-def busy_threshold() -> int:
-    return settings.TELEMETRY_BUSY_UTIL_PERCENT
 
 
 def home_summary(user, *, now: datetime | None = None) -> dict:
