@@ -116,6 +116,12 @@ def release_allocations(*, job_id: int, attempt: int, hostname: str, now: dateti
     ).update(released_at=now)
 
 
+def release_job_allocations(job: Job, *, now: datetime) -> int:
+    """An execution backend confirmed the job's end itself (Slurm, where no node agent
+    reports): every GPU the job still holds is free for the scheduler again at `now`."""
+    return JobAllocation.objects.filter(job=job, released_at__isnull=True).update(released_at=now)
+
+
 # --- submit ----------------------------------------------------------------------------------
 
 
@@ -582,4 +588,5 @@ __all__ = [
     "job_submit",
     "jobs_kill_stale_attempts",
     "jobs_requeue_for_node",
+    "release_job_allocations",
 ]

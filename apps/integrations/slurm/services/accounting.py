@@ -17,7 +17,8 @@ from apps.integrations.slurm.client import (
 from apps.integrations.slurm.models import SlurmJob
 from apps.integrations.slurm.services.common import _model_for_type, client, cluster_name
 from apps.integrations.slurm.services.jobs import _allocate, finished_status
-from apps.jobs.models import Job, JobAllocation
+from apps.jobs.models import Job
+from apps.jobs.services import close_allocations, release_job_allocations
 from apps.jobs.transitions import initial_job_status
 from apps.teams.models import Team, User
 
@@ -126,6 +127,7 @@ def accounting_import(
                 count=gpus,
                 start=record.start,
             )
-            JobAllocation.objects.filter(job=job).update(end=record.end, released_at=record.end)
+            close_allocations(job, now=record.end)
+            release_job_allocations(job, now=record.end)
             counts["imported"] += 1
     return counts

@@ -39,6 +39,7 @@ from apps.integrations.slurm.services.common import (
 )
 from apps.jobs.choices import FINISHED_STATUSES, WAITING_STATUSES, JobStatus
 from apps.jobs.models import Job, JobAllocation
+from apps.jobs.services import close_allocations, release_job_allocations
 from apps.jobs.transitions import job_transition
 
 logger = logging.getLogger(__name__)
@@ -118,7 +119,7 @@ def on_job_cancelled(*, job: Job, **_) -> None:
     slurm_job.ended_at = now
     slurm_job.save(update_fields=["state", "finished", "ended_at"])
     # No node agent confirms the process is gone: Slurm does, so the GPUs are released now.
-    JobAllocation.objects.filter(job=job, released_at__isnull=True).update(released_at=now)
+    release_job_allocations(job, now=now)
 
 
 def _read_tail(path: str) -> str | None:
@@ -249,8 +250,8 @@ def _apply_finished(
         )
         job.started_at = job.dispatched_at = start
         job.node = Node.objects.filter(hostname__in=expand_hostlist(slurm_job.nodes)[:1]).first()
-    JobAllocation.objects.filter(job=job, end__isnull=True).update(end=max(end, start or end))
-    JobAllocation.objects.filter(job=job, released_at__isnull=True).update(released_at=end)
+    close_allocations(job, now=max(end, start or end))
+    release_job_allocations(job, now=end)
     job.exit_code = slurm_job.exit_code
     ended = finished_status(state, job.exit_code)
     if ended == JobStatus.SUCCEEDED:
