@@ -41,22 +41,48 @@ const portalTime = (() => {
 })();
 window.portalTime = portalTime;
 
-// Booking form: send the browser's UTC offset with the local start time, and let
-// "Use this slot" buttons fill the start field in local time.
+// Booking form: the start is typed in the page's zone (the reader's, named beside the field).
+// Send that zone's UTC offset at the typed time, and let "Use this slot" buttons fill the
+// start field with the slot's wall-clock time in that zone.
 const tzField = document.querySelector("input[name=tz_offset]");
 if (tzField) {
   const startField = document.querySelector("input[name=start]");
+  const pageZone = document.documentElement.dataset.timeZone || undefined;
+  const wallClock = new Intl.DateTimeFormat("en-US", {
+    timeZone: pageZone, year: "numeric", month: "2-digit", day: "2-digit",
+    hour: "2-digit", minute: "2-digit", second: "2-digit", hourCycle: "h23",
+  });
+  const wallParts = (moment) => {
+    const p = {};
+    wallClock.formatToParts(moment).forEach((part) => { p[part.type] = part.value; });
+    return p;
+  };
+  // Minutes to add to the wall-clock time to get UTC, as getTimezoneOffset gives them.
+  const offsetAt = (typed) => {
+    const asUtc = Date.parse(`${typed}:00Z`);
+    if (Number.isNaN(asUtc)) return null;
+    let instant = asUtc;
+    for (let i = 0; i < 3; i += 1) {
+      const p = wallParts(new Date(instant));
+      const shown = Date.UTC(+p.year, +p.month - 1, +p.day, +p.hour, +p.minute, +p.second);
+      instant = asUtc + (instant - shown);
+    }
+    return Math.round((instant - asUtc) / 60000);
+  };
   const syncOffset = () => {
-    const local = startField && startField.value ? new Date(startField.value) : new Date();
-    tzField.value = local.getTimezoneOffset();
+    const now = wallParts(new Date());
+    const typed = startField && startField.value
+      ? startField.value.slice(0, 16)
+      : `${now.year}-${now.month}-${now.day}T${now.hour}:${now.minute}`;
+    const offset = offsetAt(typed);
+    tzField.value = offset === null ? "" : offset;
   };
   syncOffset();
   if (startField) startField.addEventListener("change", syncOffset);
   document.querySelectorAll("[data-fill-start]").forEach((button) => {
     button.addEventListener("click", () => {
-      const moment = new Date(button.dataset.fillStart);
-      const pad = (n) => String(n).padStart(2, "0");
-      startField.value = `${moment.getFullYear()}-${pad(moment.getMonth() + 1)}-${pad(moment.getDate())}T${pad(moment.getHours())}:${pad(moment.getMinutes())}`;
+      const p = wallParts(new Date(button.dataset.fillStart));
+      startField.value = `${p.year}-${p.month}-${p.day}T${p.hour}:${p.minute}`;
       syncOffset();
       startField.focus();
     });

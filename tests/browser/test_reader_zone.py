@@ -112,3 +112,38 @@ def test_reader_chooses_another_zone(new_york_page, saturday_booking):
     ))  # fmt: skip
     expect(row.locator("th")).to_have_text(f"{berlin:%a %d %b}")
     assert row.locator("th").inner_text().startswith("Sun")
+
+
+@pytest.fixture
+def berlin_page(browser, live_server, demo_data, browser_errors):
+    context = browser.new_context(base_url=live_server.url, timezone_id="Europe/Berlin")
+    context.set_default_timeout(DEFAULT_TIMEOUT_MS)
+    page = context.new_page()
+    page.on("console", browser_errors.on_console)
+    page.on("pageerror", browser_errors.on_pageerror)
+    yield page
+    context.close()
+    assert not browser_errors.unexpected(), browser_errors.unexpected()
+
+
+def test_booking_start_is_typed_in_the_chosen_zone_whatever_the_browser(berlin_page):
+    """alice chose New York and travels with a laptop set to Berlin: she types New York time."""
+    from apps.reservations.models import Reservation
+
+    alice = User.objects.get(username="alice")
+    alice.time_zone = "America/New_York"
+    alice.save()
+    page = berlin_page
+    login(page, "alice")
+    page.goto("/reservations/new/")
+    expect(page.locator("label[for=id_start]")).to_contain_text("(America/New_York)")
+    today = timezone.now().astimezone(NEW_YORK).date()
+    start = datetime.combine(today + timedelta(days=3), time(19), NEW_YORK)
+    page.get_by_label("Team").select_option("vision")
+    page.get_by_label("GPU model").select_option("L40S-48GB")
+    page.get_by_label("GPUs", exact=True).fill("1")
+    page.get_by_label("Start").fill(start.strftime("%Y-%m-%dT%H:%M"))
+    page.get_by_label("Duration (hours)").fill("2")
+    page.get_by_role("button", name="Book", exact=True).click()
+    page.wait_for_url(lambda url: "/reservations/new/" not in url)
+    assert Reservation.objects.get(team__slug="vision").start == start
