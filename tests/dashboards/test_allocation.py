@@ -4,8 +4,10 @@
 GPUs allocated for hours the 7-day chart and the reservation list showed held."""
 
 from datetime import timedelta
+from zoneinfo import ZoneInfo
 
 import pytest
+from django.conf import settings
 from django.utils import timezone
 
 from apps.fleet.models import Gpu
@@ -15,6 +17,11 @@ from tests.conftest import client_for
 from tests.dashboards.conftest import book, rollup
 
 pytestmark = pytest.mark.django_db
+
+
+def _x(moment) -> str:
+    """A chart's x value: wall-clock time in the reader's zone (here the portal's default)."""
+    return moment.astimezone(ZoneInfo(settings.TIME_ZONE)).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def _series(user, start, end) -> tuple[list[str], dict[str, list[float]], int]:
@@ -68,14 +75,14 @@ def test_24h_and_7d_charts_agree_on_allocated_gpus(platform_admin, bookings):
     per_hour = 3600 // fine_step
     for name, by_hour in EXPECTED.items():
         for hours_before, expected in by_hour.items():
-            start = (hour - timedelta(hours=hours_before)).isoformat()
+            start = _x(hour - timedelta(hours=hours_before))
             i = fine_x.index(start)
             fine_mean = sum(fine[name][i : i + per_hour]) / per_hour
             coarse_value = coarse[name][coarse_x.index(start)]
             assert fine_mean == pytest.approx(expected, abs=1e-3), (name, hours_before)
             assert coarse_value == pytest.approx(expected, abs=1e-3), (name, hours_before)
     # Every step of the fine chart inside a booking shows its GPUs, with or without telemetry.
-    i = fine_x.index((hour - timedelta(hours=4)).isoformat())
+    i = fine_x.index(_x(hour - timedelta(hours=4)))
     assert fine["vision allocated"][i] == pytest.approx(2)
     assert fine["nlp allocated"][i] == pytest.approx(3)
 
@@ -112,8 +119,8 @@ def test_job_outside_a_booking_counts_as_allocated(platform_admin, team, member,
         job=job, gpu=gpu, start=hour - timedelta(hours=9), end=hour - timedelta(hours=8, minutes=30)
     )
     fine_x, fine, _ = _series(platform_admin, hour - timedelta(hours=24), hour)
-    i = fine_x.index((hour - timedelta(hours=9)).isoformat())
+    i = fine_x.index(_x(hour - timedelta(hours=9)))
     assert sum(fine["vision allocated"][i : i + 20]) / 20 == pytest.approx(0.5, abs=1e-3)
     coarse_x, coarse, _ = _series(platform_admin, hour - timedelta(days=7), hour)
-    i = coarse_x.index((hour - timedelta(hours=9)).isoformat())
+    i = coarse_x.index(_x(hour - timedelta(hours=9)))
     assert coarse["vision allocated"][i] == pytest.approx(0.5, abs=1e-3)
