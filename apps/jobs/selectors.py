@@ -12,6 +12,7 @@ from apps.jobs.choices import ACTIVE_STATUSES, WAITING_STATUSES, JobPriorityClas
 from apps.jobs.dispatch import queued_jobs
 from apps.jobs.models import Job, JobAllocation
 from apps.jobs.scheduler.config import queue_order_key
+from apps.jobs.scheduler.state import PendingReason
 from apps.teams.models import Team
 from apps.teams.quota_rule import job_held_until
 from apps.teams.selectors import quota_table
@@ -91,13 +92,14 @@ def with_figures(jobs) -> list[Job]:
 # Short names of the scheduler's pending reasons (``PendingReason``) for the queue page; the
 # scheduler's own sentence (``Job.pending_message``) says the rest.
 PENDING_REASON_LABELS = {
-    "quota_reached": "Team at its quota limit",
-    "no_capacity": "Not enough free GPUs",
-    "fair_share": "Other teams first (fair share)",
-    "reserved": "Free GPUs are booked",
-    "reservation_not_active": "Its booking has not started",
-    "waiting_for_preemption": "Over-quota work is stopping for it",
-    "reclaiming_guarantee": "Reclaiming the team's guarantee",
+    PendingReason.QUOTA_REACHED: "Team at its quota limit",
+    PendingReason.BEYOND_QUOTA: "Larger than the team's quota",
+    PendingReason.NO_CAPACITY: "Not enough free GPUs",
+    PendingReason.FAIR_SHARE: "Other teams first (fair share)",
+    PendingReason.RESERVED: "Free GPUs are booked",
+    PendingReason.RESERVATION_NOT_ACTIVE: "Its booking has not started",
+    PendingReason.WAITING_FOR_PREEMPTION: "Over-quota work is stopping for it",
+    PendingReason.RECLAIMING_GUARANTEE: "Reclaiming the team's guarantee",
 }
 ANY_MODEL_LABEL = "Any model"
 

@@ -137,3 +137,10 @@ def test_a_teammates_job_takes_its_turn_ahead_of_one_users_backlog(member, team,
     assert listed == expected
     # Submitted last, but alice's earlier jobs pushed her later turns back.
     assert listed.index(theirs.pk) < listed.index(waiting["late"].pk)
+
+
+def test_every_pending_reason_has_a_short_label():
+    from apps.jobs.scheduler.state import PendingReason
+    from apps.jobs.selectors import PENDING_REASON_LABELS
+
+    assert set(PENDING_REASON_LABELS) == set(PendingReason)
