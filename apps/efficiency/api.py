@@ -11,10 +11,18 @@ from portal.pagination import PagePagination
 
 FILTER_PARAMETERS = [
     OpenApiParameter(
-        "since", OpenApiTypes.DATE, description="First day (UTC); default: 30 days ago."
+        "since",
+        OpenApiTypes.DATE,
+        description=(
+            "First day, in the requester's time zone (UTC for API tokens); default: 30 days ago."
+        ),
     ),
     OpenApiParameter(
-        "until", OpenApiTypes.DATE, description="Last day (UTC), included; default: now."
+        "until",
+        OpenApiTypes.DATE,
+        description=(
+            "Last day, included, in the requester's time zone (UTC for API tokens); default: now."
+        ),
     ),
     OpenApiParameter("team", str, description="Team slug."),
     OpenApiParameter("user", str, description="Username of who submitted or booked."),

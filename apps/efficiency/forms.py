@@ -1,4 +1,4 @@
-from datetime import UTC, datetime, time, timedelta
+from datetime import timedelta
 
 from django import forms
 from django.conf import settings
@@ -7,12 +7,14 @@ from django.utils import timezone
 
 from apps.efficiency.advice import Filters, FindingKind
 from apps.teams.models import Team
+from portal.timezones import day_start
 
 MAX_WINDOW = timedelta(days=366)
 
 
 class AdviceFilterForm(forms.Form):
-    """The window (UTC days, `until` included) and what to narrow the advice to."""
+    """The window (whole days in the reader's zone, `until` included) and what to narrow the
+    advice to."""
 
     since = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}))
     until = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}))
@@ -30,13 +32,9 @@ class AdviceFilterForm(forms.Form):
         data = super().clean()
         now = timezone.now()
         until = data.get("until")
-        end = datetime.combine(until + timedelta(days=1), time(), UTC) if until else now
+        end = day_start(until + timedelta(days=1)) if until else now
         since = data.get("since")
-        start = (
-            datetime.combine(since, time(), UTC)
-            if since
-            else end - timedelta(days=settings.EFFICIENCY_WINDOW_DAYS)
-        )
+        start = day_start(since) if since else end - timedelta(days=settings.EFFICIENCY_WINDOW_DAYS)
         if end <= start:
             raise forms.ValidationError("The window must end after it starts.")
         if end - start > MAX_WINDOW:
