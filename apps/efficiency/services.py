@@ -15,14 +15,14 @@ from apps.efficiency.advice import Filters, right_sizing, totals
 from apps.efficiency.models import AllocationKind, AllocationSummary, DigestSent, DigestSetting
 from apps.efficiency.selectors import bookings_efficiency, jobs_efficiency
 from apps.jobs.models import Job
-from apps.outbox.services import outbox_send_mail
 from apps.reservations.choices import OPEN_STATUSES
 from apps.reservations.models import Reservation, ReservationGpu
 from apps.teams.choices import TeamRole
 from apps.teams.models import Membership, Team
 from apps.teams.permissions import can_manage_team
+from apps.teams.services import mail_in_their_zones
 from portal.exceptions import PolicyRefusal
-from portal.formatting import format_money, format_when
+from portal.formatting import format_money, format_span
 
 DIGEST_ITEMS = 10
 
@@ -61,8 +61,8 @@ def week_start(day: date) -> datetime:
 def _digest_body(team: Team, items, *, start: datetime, end: datetime) -> str:
     total = sum((i.saving for i in items), Decimal(0))
     lines = [
-        f"Right-sizing advice for team {team.slug}, {format_when(start, 'date')} to "
-        f"{format_when(end - timedelta(seconds=1), 'date')} (UTC).",
+        f"Right-sizing advice for team {team.slug}, {format_span(start, end)} "
+        "(the portal's week, Monday to Monday UTC).",
         "",
         f"{len(items)} jobs and bookings held GPUs they did not use; at the rate cards that "
         f"is {format_money(total)} that could have been saved.",
@@ -100,12 +100,14 @@ def weekly_digest_send(*, week_of: date | None = None) -> dict[str, int]:
         DigestSetting.objects.filter(weekly_digest=False).values_list("team_id", flat=True)
     )
     for team in Team.objects.filter(is_active=True).exclude(pk__in=opted_out):
-        admins = list(
-            Membership.objects.filter(
+        admins = [
+            m.user
+            for m in Membership.objects.filter(
                 team=team, role=TeamRole.TEAM_ADMIN, user__is_active=True
-            ).values_list("user__email", flat=True)
-        )
-        if not any(admins) or DigestSent.objects.filter(team=team, week=start.date()).exists():
+            ).select_related("user")
+        ]
+        sent = DigestSent.objects.filter(team=team, week=start.date()).exists()
+        if sent or not any(admin.email for admin in admins):
             result["skipped"] += 1
             continue
         items = right_sizing(user=None, filters=Filters(start=start, end=end, team=team.slug))
@@ -120,11 +122,13 @@ def weekly_digest_send(*, week_of: date | None = None) -> dict[str, int]:
                     items=len(items),
                     saving=sum(i.saving for i in items),
                 )
-                outbox_send_mail(
-                    subject=f"GPU right-sizing for {team.slug}: week of "
-                    f"{format_when(start, 'date')}",
-                    body=_digest_body(team, items, start=start, end=end),
-                    recipients=admins,
+                # Each admin reads the week's bounds in their own zone.
+                mail_in_their_zones(
+                    users=admins,
+                    subject=f"GPU right-sizing for {team.slug}: week of {start:%b} {start.day}",
+                    body=lambda team=team, items=items: _digest_body(
+                        team, items, start=start, end=end
+                    ),
                 )
         except IntegrityError:  # another run sent it meanwhile
             result["skipped"] += 1

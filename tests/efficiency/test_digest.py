@@ -35,6 +35,7 @@ def test_digest_tells_team_admins_what_their_team_could_have_saved(
     assert "- bob: 2 flagged, 7.00 USD" in message.body
     assert f"job #{scenario.a.pk} (alice, 4 x H100-SXM-80GB)" in message.body
     assert "/efficiency/?team=vision" in message.body
+    assert "Monday to Monday UTC" in message.body
     with django_capture_on_commit_callbacks(execute=True):
         again = weekly_digest_send(week_of=scenario.t0.date())
     assert again["sent"] == 0 and len(mail.outbox) == 1  # once per week
@@ -126,3 +127,16 @@ def test_admin_lists_digests_read_only(
     page = client.get("/admin/efficiency/digestsent/")
     assert page.status_code == 200 and "vision" in page.content.decode()
     assert client.get("/admin/efficiency/digestsent/add/").status_code == 403
+
+
+@pytest.mark.django_db
+def test_each_admin_reads_the_weeks_bounds_in_their_zone(
+    scenario, team_admin, django_capture_on_commit_callbacks
+):
+    team_admin.time_zone = "America/New_York"
+    team_admin.save(update_fields=["time_zone"])
+    with django_capture_on_commit_callbacks(execute=True):
+        weekly_digest_send(week_of=scenario.t0.date())
+    (message,) = mail.outbox
+    # The week starts Monday 00:00 UTC: Sunday 19:00 in New York.
+    assert "19:00 EST" in message.body and "UTC)" in message.body
