@@ -153,7 +153,9 @@ def estimated_costs(jobs, *, now: datetime) -> dict[int, dict]:
         best = None
         for model_id, name in candidates:
             # The quota rule: what the team's guarantees leave of it (model row and any-model
-            # row alike); the rest of the job's GPUs are over quota.
+            # row alike). A job that does not fit there runs as borrowed work as a whole (the
+            # scheduler marks every GPU of it over quota), so metering charges all of its GPUs
+            # at the multiplier, and so does the estimate.
             room = rule.room(
                 job.team_id,
                 model_id,
@@ -161,7 +163,7 @@ def estimated_costs(jobs, *, now: datetime) -> dict[int, dict]:
                 held_all[job.team_id],
                 guarantee=True,
             )
-            over_gpus = min(job.gpu_count, max(0, job.gpu_count - max(room, 0)))
+            over_gpus = job.gpu_count if job.gpu_count > max(room, 0) else 0
             if not prices.card_at(model_id, now) and not prices.cuts(model_id):
                 continue  # never priced: no estimate
             if model_id not in energy:

@@ -91,14 +91,15 @@ def test_waiting_job_estimate_prices_gpus_over_the_guarantee_at_the_over_quota_r
         team=team, submitted_by=member, gpu_model=h100, gpu_count=6, max_runtime_seconds=7200
     )
     body = client_for(member).get(f"/api/v1/jobs/{job.pk}/").json()
-    # 6 GPUs x 2 h = 12 GPU-h x 2.50 = 30.00; 3 + 6 - 4 = 5 GPUs over the guarantee:
-    # 5 x 2 h x 2.50 x (1.5 - 1) = 12.50 more. Total 42.50.
-    assert body["estimated_cost"] == "42.50"
-    assert body["estimated_over_quota_gpus"] == 5
+    # 6 GPUs x 2 h = 12 GPU-h x 2.50 = 30.00; 3 + 6 > 4: the job runs as borrowed work as a
+    # whole (the scheduler marks all its GPUs over quota, and metering charges them so):
+    # 12 GPU-h x 2.50 x (1.5 - 1) = 15.00 more. Total 45.00.
+    assert body["estimated_cost"] == "45.00"
+    assert body["estimated_over_quota_gpus"] == 6
     client.force_login(member)
     page = client.get(f"/jobs/{job.pk}/").content.decode()
-    assert 'data-testid="estimated-cost"' in page and "42.50 USD" in page
-    assert "5 of them over the team" in page
+    assert 'data-testid="estimated-cost"' in page and "45.00 USD" in page
+    assert "runs as over-quota work, all at the over-quota price" in page
 
 
 def test_job_inside_a_booking_has_no_cost_of_its_own(scenario, member):
@@ -259,10 +260,10 @@ def test_estimate_under_a_quota_for_all_models_and_for_any_model(team, member, f
     on_l40s = JobFactory(team=team, submitted_by=member, gpu_model=l40s, gpu_count=2)
     anywhere = JobFactory(team=team, submitted_by=member, gpu_model=None, gpu_count=1)
     figures = estimated_costs([on_l40s, anywhere], now=timezone.now())
-    # The team holds 1 H100; the all-models guarantee is 2: of 2 more GPUs 1 is over it.
-    # 2 GPU-h x 1.00 + 1 GPU-h x 1.00 x (2 - 1) = 3.00.
-    assert figures[on_l40s.pk]["estimated_cost"] == "3.00"
-    assert figures[on_l40s.pk]["estimated_over_quota_gpus"] == 1
+    # The team holds 1 H100; the all-models guarantee is 2: 2 more GPUs do not fit in it, so
+    # the whole job is borrowed work: 2 GPU-h x 1.00 x 2 (multiplier) = 4.00.
+    assert figures[on_l40s.pk]["estimated_cost"] == "4.00"
+    assert figures[on_l40s.pk]["estimated_over_quota_gpus"] == 2
     # Any model: priced at the dearest it could land on, H100 at 2.50 (within the guarantee).
     assert figures[anywhere.pk]["estimated_cost"] == "2.50"
     assert figures[anywhere.pk]["estimated_cost_is_upper_bound"] is True
@@ -275,12 +276,13 @@ def test_estimate_counts_over_quota_gpus_by_the_quota_rule_model_and_any_model_r
     from apps.teams.models import Quota
 
     RateCardFactory(gpu_model=h100, price_per_gpu_hour=Decimal("2.50"))
-    # The model row guarantees 4, but the any-model row only 2: both apply.
+    # The model row guarantees 4, but the any-model row only 2: both apply, so 4 GPUs do not
+    # fit and the whole job runs (and is priced) over quota.
     Quota.objects.create(team=team, gpu_model=h100, guaranteed=4, limit=8)
     Quota.objects.create(team=team, gpu_model=None, guaranteed=2, limit=8)
     waiting = JobFactory(team=team, submitted_by=member, gpu_model=h100, gpu_count=4)
     figures = estimated_costs([waiting], now=timezone.now())
-    assert figures[waiting.pk]["estimated_over_quota_gpus"] == 2
+    assert figures[waiting.pk]["estimated_over_quota_gpus"] == 4
 
 
 def test_booking_page_shows_its_efficiency_and_cost_to_its_team_only(
