@@ -16,9 +16,10 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from apps.billing import exports, focus
+from apps.billing.choices import RecoveryMethod
 from apps.billing.models import BillingPeriod
 from apps.billing.periods import month_start
-from apps.billing.services import period_close
+from apps.billing.services import cost_recovery_set, period_close
 from apps.teams.models import Team, User
 from tests.billing import focus_validator, reconcile
 from tests.conftest import client_for
@@ -369,7 +370,8 @@ VALIDATOR_MODEL_CONTRADICTION = {"InvoiceId-C-004-C"}
 
 
 @pytest.mark.slow
-def test_a_closed_demo_month_passes_the_finops_foundation_validator(tmp_path, capsys):
+@pytest.mark.parametrize("recovery", [RecoveryMethod.KEEP, RecoveryMethod.USAGE])
+def test_a_closed_demo_month_passes_the_finops_foundation_validator(tmp_path, capsys, recovery):
     python = focus_validator.python_312()
     if python is None:
         if os.environ.get("CI"):
@@ -379,17 +381,22 @@ def test_a_closed_demo_month_passes_the_finops_foundation_validator(tmp_path, ca
     call_command("seed_demo", stdout=open(os.devnull, "w"))  # noqa: SIM115
     last_month = month_start(month_start(timezone.now()) - timedelta(days=1))
     period = BillingPeriod.objects.get(month=last_month)
-    period_close(actor=User.objects.get(username="fran"), period=period)
+    fran = User.objects.get(username="fran")
+    # With the platform's cost shared to the teams, its split-cost rows must validate too.
+    cost_recovery_set(actor=fran, period=period, method=recovery)
+    period_close(actor=fran, period=period)
     period.refresh_from_db()
     data_file = tmp_path / "focus-1.2.csv"
     rows = focus.focus_rows(exports.ExportScope(period), focus.FOCUS_1_2)
     data_file.write_text("".join(exports.csv_chunks(focus.focus_columns(focus.FOCUS_1_2), rows)))
+    assert ("platform-share" in data_file.read_text()) == (recovery != RecoveryMethod.KEEP)
 
     report = focus_validator.run_validator(executable, data_file, "1.2.0.1")
 
     with capsys.disabled():
         print(
-            f"\nfocus-validator 1.2.0.1 on {period} ({data_file.stat().st_size:,} bytes): "
+            f"\nfocus-validator 1.2.0.1 on {period}, recovery {recovery} "
+            f"({data_file.stat().st_size:,} bytes): "
             f"{report.total} rules, {report.passed} passed, {report.failed} failed, "
             f"{report.skipped} skipped; failed: {report.failed_rules}"
         )
