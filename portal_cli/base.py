@@ -8,6 +8,7 @@ not answer.
 
 import functools
 import sys
+from collections.abc import Callable
 from decimal import Decimal
 
 import click
@@ -47,6 +48,13 @@ class Context:
             settings = load_settings(url=self.url, token=self.token)
             self._client = Client(settings.url, settings.token)
         return self._client
+
+    def show(self, data, human: Callable[[], None]) -> None:
+        """Print `data` as JSON under --json, else the human form `human` prints."""
+        if self.as_json:
+            output.print_json(data)
+        else:
+            human()
 
 
 def command(group: click.Group, name: str | None = None, **kwargs):

@@ -99,7 +99,7 @@ def export(ctx: Context, period, fmt, detail, team, focus_version, target):
     except BaseException:
         Path(partial).unlink(missing_ok=True)
         raise
-    if ctx.as_json:
-        output.print_json({"file": str(target), "bytes": size, "format": fmt, "period": period})
-    else:
-        click.echo(f"Saved {target} ({size:,} bytes).")
+    ctx.show(
+        {"file": str(target), "bytes": size, "format": fmt, "period": period},
+        lambda: click.echo(f"Saved {target} ({size:,} bytes)."),
+    )

@@ -158,10 +158,7 @@ def bookings_list(ctx: Context, team, status, mine, limit):
         status=list(status),
         mine="true" if mine else None,
     )
-    if ctx.as_json:
-        output.print_json(rows)
-    else:
-        output.print_table(rows, BOOKING_COLUMNS, empty="No bookings.")
+    ctx.show(rows, lambda: output.print_table(rows, BOOKING_COLUMNS, empty="No bookings."))
 
 
 @command(bookings, "show")
@@ -169,10 +166,7 @@ def bookings_list(ctx: Context, team, status, mine, limit):
 def bookings_show(ctx: Context, booking_id):
     """One booking, with the GPUs it holds and its cost so far."""
     booking = ctx.client.get(f"reservations/{booking_id}/")
-    if ctx.as_json:
-        output.print_json(booking)
-    else:
-        _print_booking(booking)
+    ctx.show(booking, lambda: _print_booking(booking))
 
 
 @command(bookings, "extend")
@@ -187,10 +181,9 @@ def bookings_extend(ctx: Context, booking_id, end, by):
         current = ctx.client.get(f"reservations/{booking_id}/")
         end = datetime.fromisoformat(current["end"].replace("Z", "+00:00")) + by
     booking = ctx.client.post(f"reservations/{booking_id}/extend/", {"end": iso(end)})
-    if ctx.as_json:
-        output.print_json(booking)
-    else:
-        click.echo(f"Booking {booking['id']} now ends {local(booking['end'])}.")
+    ctx.show(
+        booking, lambda: click.echo(f"Booking {booking['id']} now ends {local(booking['end'])}.")
+    )
 
 
 @command(bookings, "cancel")
@@ -199,7 +192,4 @@ def bookings_extend(ctx: Context, booking_id, end, by):
 def bookings_cancel(ctx: Context, booking_id, reason):
     """Cancel a booking (a running one ends now)."""
     booking = ctx.client.post(f"reservations/{booking_id}/cancel/", {"reason": reason})
-    if ctx.as_json:
-        output.print_json(booking)
-    else:
-        click.echo(f"Booking {booking['id']} is {booking['status']}.")
+    ctx.show(booking, lambda: click.echo(f"Booking {booking['id']} is {booking['status']}."))

@@ -123,10 +123,7 @@ def jobs_list(ctx: Context, team, status, mine, limit):
     rows = ctx.client.list(
         "jobs/", limit=limit, team=team, status=list(status), mine="true" if mine else None
     )
-    if ctx.as_json:
-        output.print_json(rows)
-    else:
-        output.print_table(rows, JOB_COLUMNS, empty="No jobs.")
+    ctx.show(rows, lambda: output.print_table(rows, JOB_COLUMNS, empty="No jobs."))
 
 
 @command(jobs, "show")
@@ -134,10 +131,7 @@ def jobs_list(ctx: Context, team, status, mine, limit):
 def jobs_show(ctx: Context, job_id):
     """One job: status, why it waits and when it should start, cost."""
     job = ctx.client.get(f"jobs/{job_id}/")
-    if ctx.as_json:
-        output.print_json(job)
-    else:
-        _print_job(job)
+    ctx.show(job, lambda: _print_job(job))
 
 
 @command(jobs, "cancel")
@@ -146,10 +140,7 @@ def jobs_show(ctx: Context, job_id):
 def jobs_cancel(ctx: Context, job_id, reason):
     """Cancel a job (a running one is stopped)."""
     job = ctx.client.post(f"jobs/{job_id}/cancel/", {"reason": reason})
-    if ctx.as_json:
-        output.print_json(job)
-    else:
-        click.echo(f"Job {job['id']} is {job['status']}.")
+    ctx.show(job, lambda: click.echo(f"Job {job['id']} is {job['status']}."))
 
 
 @command(jobs, "log")
@@ -157,10 +148,7 @@ def jobs_cancel(ctx: Context, job_id, reason):
 def jobs_log(ctx: Context, job_id):
     """The last lines of a job's output."""
     log = ctx.client.get(f"jobs/{job_id}/log/")
-    if ctx.as_json:
-        output.print_json(log)
-    else:
-        click.echo(log["log_tail"], nl=False)
+    ctx.show(log, lambda: click.echo(log["log_tail"], nl=False))
 
 
 def _follow(ctx: Context, job_id: int, *, interval: float, timeout: float | None) -> None:
