@@ -99,6 +99,7 @@ INSTALLED_APPS = [
     "apps.reservations",
     "apps.telemetry",
     "apps.jobs",
+    "apps.power",
     "apps.billing",
     "apps.efficiency",
     "apps.dashboards",
@@ -631,3 +632,14 @@ if SLURM_ENABLED:
         "schedule": 600.0,
         "options": {"expires": 550},
     }
+
+# Power saving (capacity follows demand). Off by default; a node opts out with
+# labels["power_save"] = "never" and picks its driver with labels["power_driver"].
+POWER_SAVE_ENABLED = env.bool("POWER_SAVE_ENABLED", default=False)
+POWER_DEFAULT_DRIVER = env.str("POWER_DEFAULT_DRIVER", default="simulated")
+POWER_DRIVERS = {
+    "simulated": "apps.power.drivers.simulated.SimulatedDriver",
+    "command": "apps.power.drivers.command.CommandDriver",
+    "redfish": "apps.power.drivers.redfish.RedfishDriver",
+    "slurm": "apps.integrations.slurm.power.SlurmPowerDriver",
+}
