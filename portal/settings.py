@@ -643,3 +643,12 @@ POWER_DRIVERS = {
     "redfish": "apps.power.drivers.redfish.RedfishDriver",
     "slurm": "apps.integrations.slurm.power.SlurmPowerDriver",
 }
+# Redfish BMCs (apps/power/drivers/redfish.py): one account for every BMC the portal powers.
+POWER_REDFISH_USERNAME = env.str("POWER_REDFISH_USERNAME", default="")
+POWER_REDFISH_PASSWORD = env.str("POWER_REDFISH_PASSWORD", default="")
+POWER_REDFISH_VERIFY_TLS = env.bool("POWER_REDFISH_VERIFY_TLS", default=True)
+POWER_REDFISH_TIMEOUT_SECONDS = env.float("POWER_REDFISH_TIMEOUT_SECONDS", default=10.0)
+# auto: a Redfish session where the BMC offers one, else HTTP Basic; basic | session: only that.
+POWER_REDFISH_AUTH = env.str("POWER_REDFISH_AUTH", default="auto")
+# ForceOff where a BMC offers no GracefulShutdown (cuts power without the OS shutting down).
+POWER_REDFISH_FORCE_OFF = env.bool("POWER_REDFISH_FORCE_OFF", default=False)

@@ -126,3 +126,65 @@ def redis_server(directory: Path):
         if process.poll() is None:
             os.kill(process.pid, signal.SIGCONT)  # a paused server cannot handle SIGTERM
             stop(process)
+
+
+@contextmanager
+def redfish_emulator(
+    directory: Path,
+    systems: list[dict],
+    *,
+    users: dict[str, str] | None = None,
+    settings: dict | None = None,
+    certificate: tuple[Path, Path] | None = None,
+):
+    """A Redfish BMC: sushy-tools' `sushy-emulator` with its fake systems driver (power changes
+    land 1-11 s after they are asked, as on hardware) on a free port. `systems` are the fake
+    driver's entries (`uuid`, `name`, `power_state`); `users` (name -> password) turn on HTTP
+    Basic authentication; `certificate` (cert, key) serves HTTPS. Yields its base URL."""
+    import bcrypt  # installed with sushy-tools
+
+    directory.mkdir(parents=True, exist_ok=True)
+    config = {
+        "SUSHY_EMULATOR_STATE_DIR": str(directory / "state"),
+        "SUSHY_EMULATOR_FAKE_SYSTEMS": [{"nics": [], **system} for system in systems],
+        **(settings or {}),
+    }
+    if users:
+        auth_file = directory / "htpasswd"
+        auth_file.write_text(
+            "".join(
+                f"{name}:{bcrypt.hashpw(password.encode(), bcrypt.gensalt(4)).decode()}\n"
+                for name, password in users.items()
+            )
+        )
+        config["SUSHY_EMULATOR_AUTH_FILE"] = str(auth_file)
+    config_file = directory / "emulator.conf"
+    config_file.write_text("".join(f"{key} = {value!r}\n" for key, value in config.items()))
+    port = free_port()
+    command = [sys.executable, "-m", "sushy_tools.emulator.main", "--fake"]
+    command += ["--config", str(config_file), "--interface", "127.0.0.1", "--port", str(port)]
+    if certificate:
+        command += ["--ssl-certificate", str(certificate[0]), "--ssl-key", str(certificate[1])]
+    log = open(directory / "emulator.log", "ab")  # noqa: SIM115 - lives with the process
+    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+
+    def listening() -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return True
+        except OSError:
+            return False
+
+    scheme = "https" if certificate else "http"
+    try:
+        if not wait_for(lambda: process.poll() is not None or listening(), timeout=30):
+            raise RuntimeError("sushy-emulator did not start listening within 30 s")
+        if process.poll() is not None:
+            raise RuntimeError(
+                "sushy-emulator exited: " + (directory / "emulator.log").read_text()[-2000:]
+            )
+        yield f"{scheme}://127.0.0.1:{port}"
+    finally:
+        if process.poll() is None:
+            stop(process)
+        log.close()

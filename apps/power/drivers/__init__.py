@@ -14,7 +14,7 @@ def driver_for(node) -> PowerDriver:
         path = settings.POWER_DRIVERS[name]
     except KeyError:
         raise PowerDriverError(
-            f"Node {node.name}: unknown power driver {name!r} "
+            f"Node {node.hostname}: unknown power driver {name!r} "
             f"(known: {', '.join(sorted(settings.POWER_DRIVERS))})"
         ) from None
     return import_string(path)()
