@@ -10,6 +10,10 @@
     busy and held-idle rows with their allocation ratios).
 (c) every team's monthly statement as one ZIP, vs one SQL GROUP BY team, model and source.
 (d) the XLSX export, vs one SQL GROUP BY team, day and model.
+(e) the hourly metering run on day 2 and on day 28 of the month (the ledger charged up to the
+    hour before; alone, and with one late-telemetry range of an old hour to correct), beside
+    the raw SQL aggregate of the same hours, and beside what the run cost when it re-checked
+    the month so far. Target: the same cost on any day of the month.
 
 Run: .venv/bin/python bench/billing.py [--gpus 1000] [--no-rollups]
 Uses its own PostgreSQL database (portal_bench_billing, dropped and rebuilt).
@@ -27,7 +31,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-os.environ["DATABASE_URL"] = "postgres://postgres@127.0.0.1:5432/portal_bench_billing"
+os.environ["DATABASE_URL"] = os.environ.get(
+    "BENCH_BILLING_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/portal_bench_billing"
+)
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bench.settings")
 
 import django  # noqa: E402
@@ -242,6 +248,66 @@ def bench_statements_and_xlsx():
     print(f"file: {size:,} bytes")
 
 
+RAW_HOURLY_BASELINE = """
+SELECT h.gpu_id, r.team_id,
+       sum(extract(epoch FROM least(h."end", %(end)s) - greatest(h.start, %(start)s))) AS seconds
+FROM reservations_reservationgpu h JOIN reservations_reservation r ON r.id = h.reservation_id
+WHERE h.active AND h.start < %(end)s AND h."end" > %(start)s GROUP BY 1, 2
+"""
+
+
+def bench_hourly():
+    from django.conf import settings
+    from django.db.models import F
+
+    from apps.billing.metering import meter_hourly, meter_interval, note_hours_rolled_up_again
+    from apps.billing.models import BillingPeriod, LedgerEntry, RemeterRange
+    from apps.telemetry.models import GpuHourRollup
+
+    hour = timedelta(hours=1)
+    lookback = settings.BILLING_METER_LOOKBACK_HOURS
+    print("\n(e) the hourly metering run (the ledger charged up to the hour before)")
+    print(f"{'path':52} {'seconds':>9} {'ratio':>7}")
+    figures = {}
+    for day in (28, 2):  # day 28 first: rewinding to day 2 drops the month's later charges
+        run_at = NOV + timedelta(days=day - 1, hours=10)
+
+        def rewind(run_at=run_at):
+            LedgerEntry.objects.filter(slice_start__gte=run_at - hour).delete()
+            BillingPeriod.objects.update(metered_until=run_at - hour)
+
+        window = {"start": run_at - lookback * hour, "end": run_at}
+        _, floor = timed(lambda window=window: (raw(RAW_HOURLY_BASELINE, window),
+                                                raw(RAW_ROLLUP_BASELINE, window)))  # fmt: skip
+        rewind()
+        result, seconds = timed(
+            lambda run_at=run_at: meter_hourly(now=run_at, lookback_hours=lookback)
+        )
+        rewind()
+        late_hour = NOV + timedelta(hours=5)  # its rollups changed: every GPU gets a correction
+        GpuHourRollup.objects.filter(bucket=late_hour).update(busy_seconds=F("busy_seconds") / 2)
+        note_hours_rolled_up_again(start=late_hour, end=late_hour + hour)
+        late, with_late = timed(
+            lambda run_at=run_at: meter_hourly(now=run_at, lookback_hours=lookback)
+        )
+        assert not RemeterRange.objects.exists()
+        rewind()
+        _, month = timed(lambda run_at=run_at: meter_interval(start=NOV, end=run_at, now=run_at))
+        figures[day] = seconds
+        for label, value in (
+            (f"raw SQL aggregate of the {lookback} hours", floor),
+            ("meter_hourly", seconds),
+            ("meter_hourly + one late hour", with_late),
+            ("the old run (re-check the month so far)", month),
+        ):
+            print(f"{f'day {day}: {label}':52} {value:9.2f} {value / floor:7.1f}")
+        print(
+            f"day {day}: rows charged {result.inserted:,}, "
+            f"with the late hour corrected {late.corrected:,}"
+        )
+    print(f"hourly run day 28 / day 2: {figures[28] / figures[2]:.2f}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gpus", type=int, default=1000)
@@ -253,6 +319,7 @@ def main():
     bench_focus("1.2")
     bench_focus("1.3")
     bench_statements_and_xlsx()
+    bench_hourly()
 
 
 if __name__ == "__main__":

@@ -535,9 +535,10 @@ if BILLING_MODE not in ("chargeback", "showback"):
     raise ImproperlyConfigured("BILLING_MODE must be chargeback or showback.")
 BILLING_CURRENCY = env.str("BILLING_CURRENCY", default="USD")
 BILLING_PROVIDER_NAME = env.str("BILLING_PROVIDER_NAME", default="On-premises GPU cluster")
-# Each hourly metering run re-charges this many past hours (idempotent), catching late changes.
 # Budget forecasts: the run-rate is taken from this many complete days of charges.
 BILLING_FORECAST_DAYS = env.int("BILLING_FORECAST_DAYS", default=7)
+# Each hourly metering run re-checks this many past hours (idempotent; an hour's rollup completes a
+# few minutes after it ends); older hours are corrected only where late telemetry touched them.
 BILLING_METER_LOOKBACK_HOURS = env.int("BILLING_METER_LOOKBACK_HOURS", default=3)
 CELERY_BEAT_SCHEDULE["billing-meter"] = {
     "task": "billing.meter",

@@ -8,9 +8,10 @@ class BillingConfig(AppConfig):
 
     def ready(self) -> None:
         from apps.billing.member_costs import member_costs_hook
+        from apps.billing.metering import note_hours_rolled_up_again
         from apps.billing.selectors import price_gpu_hours
         from apps.billing.services import check_booking_budget
-        from portal import queries
+        from portal import hooks, queries
 
         # The what-if page (jobs) prices replayed GPU-hours with the rate cards.
         queries.answer("gpu_hours.price", price_gpu_hours)
@@ -18,3 +19,5 @@ class BillingConfig(AppConfig):
         queries.answer("teams.member_costs", member_costs_hook)
         # Booking admission (reservations) refuses what a block-mode budget cannot pay.
         queries.answer("reservations.budget_check", check_booking_budget)
+        # Telemetry rolled up hours again (late samples): the next hourly run re-meters them.
+        hooks.subscribe("telemetry.hours_rolled_up_again", note_hours_rolled_up_again)

@@ -22,8 +22,14 @@ flushing its buffer after a broker outage, rollups recomputed). Every run theref
 re-derives the telemetry figures (busy seconds, energy, energy cost, idle cost) of the slices it
 covers that are already charged, and where they differ appends a correction row (revision 1,
 2, ...: no GPU seconds or GPU cost, only the differences). Charges are never edited, the
-differences are booked once, and slices of a closed period are left alone. The hourly run
-covers the whole open month, so late data is picked up for as long as the month is open.
+differences are booked once, and slices of a closed period are left alone.
+
+The hourly run (`meter_hourly`) is incremental, so its cost does not grow through the month: it
+charges the hours that ended since the last run (re-checking the last few, whose rollups may
+have been completed meanwhile) and corrects only the hours that late telemetry touched (the
+`RemeterRange` notes billing keeps when telemetry rolls hours up again), never the whole month.
+`meter_interval` over a whole month stays the full path (closing a month, repairs:
+`manage.py meter_month`).
 """
 
 from collections import defaultdict
@@ -33,12 +39,13 @@ from decimal import Decimal
 from functools import lru_cache
 
 from django.apps import apps as django_apps
+from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import Max, Sum
 from django.utils import timezone
 
 from apps.billing.choices import ChargeSource
-from apps.billing.models import BillingPeriod, LedgerEntry
+from apps.billing.models import BillingPeriod, LedgerEntry, RemeterRange
 from apps.billing.money import ExactSum
 from apps.billing.periods import month_bounds, month_start
 from apps.billing.pricing import RateBook, energy_cost, gpu_cost
@@ -100,6 +107,17 @@ class MeterResult:
     corrected: int = 0  # correction rows appended for telemetry that changed after charging
     skipped_closed: int = 0  # slices that fall in a closed period and were not charged
     periods: list[int] = field(default_factory=list)
+    # The intervals metered, in order (one for `meter_interval`; `meter_hourly` adds one per
+    # range that late telemetry touched).
+    intervals: list[tuple[datetime, datetime]] = field(default_factory=list)
+
+    def add(self, other: "MeterResult") -> None:
+        self.start, self.end = min(self.start, other.start), max(self.end, other.end)
+        self.inserted += other.inserted
+        self.corrected += other.corrected
+        self.skipped_closed += other.skipped_closed
+        self.periods += [pk for pk in other.periods if pk not in self.periods]
+        self.intervals += other.intervals
 
 
 def floor_hour(moment: datetime) -> datetime:
@@ -127,6 +145,7 @@ def meter_interval(*, start: datetime, end: datetime, now: datetime | None = Non
     result = MeterResult(start=start, end=end)
     if end <= start:
         return result
+    result.intervals.append((start, end))
     with transaction.atomic():
         _serialize_metering()
         periods = _periods_for(start, end)
@@ -148,6 +167,63 @@ def meter_interval(*, start: datetime, end: datetime, now: datetime | None = Non
                 period.metered_until = min(end, month_bounds(period.month)[1])
                 period.save(update_fields=["metered_until"])
     return result
+
+
+REMETER_RANGES_PER_RUN = 200
+
+
+def meter_hourly(*, now: datetime | None = None, lookback_hours: int | None = None) -> MeterResult:
+    """The hourly run: charge the hours that ended since the last run, re-checking the last
+    `lookback_hours` (BILLING_METER_LOOKBACK_HOURS; an hour's rollup is completed a few minutes
+    after it ends), then correct the hours that late telemetry touched (`RemeterRange` notes,
+    oldest first) and forget those notes. Never the whole month: its cost depends on the hours
+    since the last run and the late ranges, not on the day of the month. After a pause it
+    catches up from where the ledger stopped (the latest period's `metered_until`)."""
+    now = now or timezone.now()
+    if lookback_hours is None:
+        lookback_hours = settings.BILLING_METER_LOOKBACK_HOURS
+    end = floor_hour(now)
+    start = end - max(lookback_hours, 1) * HOUR
+    with transaction.atomic():
+        _serialize_metering()
+        start = min(start, _charged_until(start))
+        notes = list(RemeterRange.objects.filter(start__lt=end)[:REMETER_RANGES_PER_RUN])
+        result = meter_interval(start=start, end=end, now=now)
+        for range_start, range_end in _uncovered(notes, start):
+            result.add(meter_interval(start=range_start, end=range_end, now=now))
+        RemeterRange.objects.filter(pk__in=[note.pk for note in notes]).delete()
+    return result
+
+
+def _charged_until(start: datetime) -> datetime:
+    """Where the ledger's charges stop: the latest `metered_until` of any period, or (nothing
+    metered yet) the start of `start`'s month."""
+    latest = BillingPeriod.objects.aggregate(until=Max("metered_until"))["until"]
+    if latest is None:
+        return month_bounds(month_start(start))[0]
+    return latest
+
+
+def _uncovered(notes: list, covered_from: datetime) -> list[tuple[datetime, datetime]]:
+    """The noted ranges widened to whole hours, merged, and cut short where the regular run
+    (from `covered_from` on) meters them anyway."""
+    merged: list[list[datetime]] = []
+    for note in notes:
+        start = floor_hour(note.start)
+        end = min(floor_hour(note.end + HOUR - timedelta(microseconds=1)), covered_from)
+        if end <= start:
+            continue
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    return [(start, end) for start, end in merged]
+
+
+def note_hours_rolled_up_again(*, start: datetime, end: datetime, **_) -> None:
+    """Subscriber of telemetry's `telemetry.hours_rolled_up_again`: note the hours so the next
+    hourly run corrects their charges."""
+    RemeterRange.objects.create(start=floor_hour(start), end=max(end, floor_hour(start) + HOUR))
 
 
 def _serialize_metering() -> None:

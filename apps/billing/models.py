@@ -262,3 +262,26 @@ class CostRecoveryPolicy(models.Model):
 
     def __str__(self) -> str:
         return f"{self.period}: {self.get_method_display()}"
+
+
+class RemeterRange(models.Model):
+    """Hours whose telemetry was rolled up again after they may have been charged (samples that
+    arrived late). The next hourly metering run corrects these hours, and only these, then
+    forgets the note."""
+
+    start = models.DateTimeField()
+    end = models.DateTimeField()
+    noted_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["start"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(end__gt=F("start")),
+                name="remeterrange_end_after_start",
+                violation_error_message="A range to re-meter must end after it starts.",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.start:%Y-%m-%d %H:%M} - {self.end:%Y-%m-%d %H:%M}"

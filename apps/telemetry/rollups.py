@@ -17,6 +17,7 @@ from django.db import connection, transaction
 from apps.reservations.models import ReservationGpu
 from apps.telemetry.activity import busy_sample_sql, sample_is_busy
 from apps.telemetry.models import GpuHourRollup, GpuMinuteRollup, GpuSample, LateSampleRange
+from portal import hooks
 
 LOOKBACK = timedelta(minutes=5)  # how far before an interval to look for the previous sample
 ROLLUP_FIELDS = [
@@ -177,7 +178,8 @@ def late_rollups_note(*, rows: list[tuple], now: datetime) -> None:
 
 def rollup_late(*, limit: int = LATE_RANGES_PER_RUN) -> dict[str, int]:
     """Roll up again the minutes and hours that late samples fell into (oldest noted first),
-    then forget those notes. Idempotent: rollups are upserts recomputed from the samples."""
+    tell the apps above (event `telemetry.hours_rolled_up_again`, billing re-meters those
+    hours), then forget those notes. Idempotent: rollups are upserts recomputed from the samples."""
     ranges = list(LateSampleRange.objects.order_by("start")[:limit])
     merged: list[list[datetime]] = []
     for item in ranges:
@@ -189,6 +191,8 @@ def rollup_late(*, limit: int = LATE_RANGES_PER_RUN) -> dict[str, int]:
     for start, end in merged:
         minutes += rollup_minutes(start=start, end=end)
         hours += rollup_hours(start=start, end=end)
+        # Billing may have charged these hours already: it re-meters them on its next run.
+        hooks.emit("telemetry.hours_rolled_up_again", start=start, end=end)
     LateSampleRange.objects.filter(pk__in=[item.pk for item in ranges]).delete()
     return {"ranges": len(merged), "minutes": minutes, "hours": hours}
 

@@ -9,7 +9,7 @@ from unittest import mock
 import pytest
 from django.db.models import Sum
 
-from apps.billing import tasks
+from apps.billing import metering, tasks
 from apps.billing.choices import ChargeSource
 from apps.billing.exports import team_totals
 from apps.billing.metering import meter_interval
@@ -17,6 +17,7 @@ from apps.billing.models import BillingPeriod, LedgerEntry
 from apps.billing.services import period_close
 from apps.fleet.models import Gpu
 from apps.telemetry.models import GpuHourRollup
+from portal import hooks
 from tests.billing.conftest import AFTER_NOV, DEC, NOV
 from tests.billing.test_metering import book
 
@@ -113,12 +114,15 @@ def test_late_telemetry_leaves_a_closed_month_untouched(booked, finance_user):
     assert period.is_closed
 
 
-def test_hourly_run_corrects_late_telemetry_from_the_start_of_the_month(booked):
+def test_hourly_run_corrects_late_telemetry_noted_in_any_hour_of_the_month(booked):
     gpu, reservation = booked
     ten_days_later = START + timedelta(days=10)  # far beyond the hourly look-back
-    with mock.patch.object(tasks.timezone, "now", return_value=ten_days_later):
+    with mock.patch.object(metering.timezone, "now", return_value=ten_days_later):
         tasks.meter()
         late_rollups(gpu, busy_seconds=3600, kwh=0.5)
+        assert tasks.meter()["corrected"] == 0  # the hourly run never re-reads the month ...
+        # ... but corrects the hours telemetry rolled up again (late samples).
+        hooks.emit("telemetry.hours_rolled_up_again", start=START, end=START + 2 * H)
         outcome = tasks.meter()
     assert outcome["corrected"] == 2
     assert booking_figures(reservation)["busy"] == 7200
