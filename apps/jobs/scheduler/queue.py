@@ -116,6 +116,17 @@ class QueueMixin:
             del releases[k:stop]
         return run
 
+    def withdraw(self, gpu_ids) -> None:
+        """Free GPUs leave the pool (their node powered down); capacity only shrinks."""
+        self.version += 1
+        self.pool.take(gpu_ids)
+
+    def restore(self, gpu_ids) -> None:
+        """GPUs taken out by ``withdraw`` come back (their node resumed)."""
+        self.version += 1
+        self.pool.give(gpu_ids)
+        self.gained += 1
+
     def add_bookings(self, bookings: list[Booking], now: float) -> None:
         """Active bookings hold their GPUs for their reservation; later ones allow backfill.
         Both count in their team's quota (see ``QuotaBook.book``)."""

@@ -23,20 +23,23 @@ wait (submit to final start) average / p50 / p95, slowdown ((end - submit) / dur
 floored at 10 s), fairness = Jain's index over per-team average slowdown, preemptions and
 GPU-hours lost; per team: jobs, average and p95 wait, average slowdown, GPU-hours, and hours
 spent below its guarantee while it had queued work; queue length over time; one row per job
-(``job_rows``, see ``JOB_COLUMNS``).
+(``job_rows``, see ``JOB_COLUMNS``); fully idle node-hours and, with ``power_saving``, node-hours
+powered off, energy saved and power cycles (``replay_power``).
 """
 
 from __future__ import annotations
 
 import heapq
 import math
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from apps.fleet.power_rules import PowerSaving
 from apps.jobs.scheduler.config import SchedulerConfig, running_from
 from apps.jobs.scheduler.core import Engine, schedule
 from apps.jobs.scheduler.quotas import QuotaBook
+from apps.jobs.scheduler.replay_power import DEFAULT_IDLE_WATTS, NodeClock
 from apps.jobs.scheduler.replay_results import (  # noqa: F401 - replay's public names
     JOB_COLUMNS,
     SLOWDOWN_FLOOR_SECONDS,
@@ -55,52 +58,13 @@ from apps.jobs.scheduler.state import (
     RunningJob,
     TeamQuota,
 )
+from apps.jobs.scheduler.trace_jobs import FleetSizes, TraceJob, admissible
 from apps.jobs.scheduler.usage import UsageMeter, UserClock
-from apps.teams.quota_rule import QuotaRule
 
 HOUR, DAY = 3600.0, 86400.0
 RUNTIME_LIMIT_CLASSES = (HOUR, 4 * HOUR, 24 * HOUR, 72 * HOUR, 7 * DAY)
 RUNTIME_LIMITS = ("classes", "exact")
 PROGRESS_EVERY_EVENTS = 5000
-
-
-@dataclass(frozen=True, slots=True)
-class TraceJob:
-    job_id: int
-    submit: float  # seconds
-    duration: float  # seconds of work
-    gpus: int
-    team: str
-    model: str | None = None  # None: any model
-    max_runtime: float | None = None  # the limit its user gave; see the module docstring
-    same_node: bool = True  # ignored for jobs larger than every node (multi-node gangs)
-    checkpointable: bool = False
-    user: str | None = None  # who submitted it, when the trace says: fair share inside a team
-
-
-class _Fleet:
-    """Sizes the replay needs to decide whether a job can ever run and on how many nodes."""
-
-    def __init__(self, gpus: list[GpuInfo], quotas: list[TeamQuota]) -> None:
-        node_sizes = Counter((g.model, g.node) for g in gpus)
-        self.per_model: dict[str, int] = Counter(g.model for g in gpus)
-        self.largest: dict[str, int] = defaultdict(int)
-        for (model, _), n in node_sizes.items():
-            self.largest[model] = max(self.largest[model], n)
-        self.quota = QuotaRule(quotas)
-
-    def multi_node(self, job: TraceJob) -> bool:
-        """A job no node can hold alone runs across nodes, whatever the trace says."""
-        models = [job.model] if job.model else list(self.per_model)
-        return not job.same_node or all(job.gpus > self.largest.get(m, 0) for m in models)
-
-    def fits_ever(self, job: TraceJob) -> bool:
-        for model, total in self.per_model.items():
-            if job.model is not None and job.model != model:
-                continue
-            if job.gpus <= total and job.gpus <= self.quota.ceiling(job.team, model):
-                return True
-        return False
 
 
 @dataclass(slots=True)
@@ -138,43 +102,29 @@ def simulate(
     decisions: list | None = None,
     progress: Callable[[float], None] | None = None,
     runtime_limits: str = "classes",
+    power_saving: PowerSaving | None = None,
+    idle_watts: float = DEFAULT_IDLE_WATTS,
 ) -> ReplayResult:
     """Replay ``jobs`` on ``gpus`` under ``policy``; see the module docstring. When given,
     ``decisions`` receives (time, placements, preemptions) of every cycle that did something,
     and ``progress`` is told every few thousand events the share of the jobs submitted so far
     (0 to 1). ``runtime_limits``: what the scheduler is told of jobs without a limit of their
-    own, "classes" (the duration rounded up to a user's class) or "exact" (the duration)."""
+    own, "classes" (the duration rounded up to a user's class) or "exact" (the duration).
+    ``power_saving``: power idle nodes down and wake them for queued work (``replay_power``);
+    a powered-off node draws ``idle_watts`` less than an idle one."""
     if runtime_limits not in RUNTIME_LIMITS:
         raise ValueError(
             f"Unknown runtime limits {runtime_limits!r}; choose one of {', '.join(RUNTIME_LIMITS)}."
         )
     config = replace(config or SchedulerConfig(), explain=False)
-    arrivals, never_fit = _admissible(jobs, _Fleet(gpus, quotas))
+    arrivals, never_fit = admissible(jobs, FleetSizes(gpus, quotas))
     replay = _Replay(arrivals, gpus, quotas, policy, config, incremental, decisions)
+    replay.nodes = NodeClock(gpus, replay.first, power_saving, idle_watts, *replay.pool_changes())
     if runtime_limits == "exact":
         replay.limit_of = float
     replay.progress = progress
     replay.run()
     return replay.finish(jobs, never_fit)
-
-
-def _admissible(jobs: list[TraceJob], fleet: _Fleet) -> tuple[list[TraceJob], int]:
-    """The jobs that can ever run, in arrival order, each marked multi-node if no node can
-    hold it; and how many were left out. Fit is cached per shape: traces repeat shapes a lot."""
-    fit_cache: dict[tuple, bool] = {}
-    arrivals: list[TraceJob] = []
-    never_fit = 0
-    for j in jobs:
-        key = (j.gpus, j.team, j.model)
-        if key not in fit_cache:
-            fit_cache[key] = fleet.fits_ever(j)
-        if fit_cache[key]:
-            same_node = not fleet.multi_node(j)
-            arrivals.append(j if j.same_node == same_node else replace(j, same_node=same_node))
-        else:
-            never_fit += 1
-    arrivals.sort(key=lambda j: (j.submit, j.job_id))
-    return arrivals, never_fit
 
 
 class _Replay:
@@ -247,6 +197,13 @@ class _Replay:
         self.limit_of: Callable[[float], float] = user_runtime_limit
         self.user_clock = UserClock() if policy == "fairshare" else None
 
+    def pool_changes(self) -> tuple:
+        """How a node powering down / resuming takes its GPUs out of / back to the engine's
+        pool (without an engine, ``_decide`` leaves the off GPUs out of each cycle's state)."""
+        if self.engine is None:
+            return (lambda ids: None, lambda ids: None)
+        return (self.engine.withdraw, self.engine.restore)
+
     # -- changes to the queue and the running set ---------------------------------------------
 
     def _flag(self, team: str) -> None:
@@ -306,6 +263,7 @@ class _Replay:
             eligible = at + self.config.preempt_min_runtime_seconds
             heapq.heappush(self.wakes, (eligible, j.job_id, rec.attempts))
         self.meter.change(j.team, j.gpus, at)
+        self.nodes.occupy(run.gpu_ids, at)
         self.held[j.team] += j.gpus
         self.book.take(j.team, run.model, j.gpus)
         self._flag(j.team)
@@ -321,6 +279,7 @@ class _Replay:
         if r.over_quota:
             self.model_seconds[r.team, r.model][1] += used
         self.meter.change(r.team, -len(r.gpu_ids), at)
+        self.nodes.release(r.gpu_ids, at)
         self.held[r.team] -= len(r.gpu_ids)
         self.book.give(r.team, r.model, len(r.gpu_ids))
         self._flag(r.team)
@@ -346,14 +305,18 @@ class _Replay:
         running, enqueue, stop = self.running, self.enqueue, self.stop
         heappop, inf = heapq.heappop, math.inf
         progress, events = self.progress, 0
-        i, now = self.next_arrival, self.now
-        while i < count or ends:
-            # advance: to the next arrival or end, charging the time to teams below guarantee
+        i, now, nodes = self.next_arrival, self.now, self.nodes
+        while i < count or ends or (self.queue and nodes.pending(now)):
+            # advance: to the next arrival, end or power timer, charging the time to teams
+            # below guarantee
             t = arrivals[i].submit if i < count else inf
             if ends and ends[0][0] < t:
                 t = ends[0][0]
             if below and wakes:
                 t = self._next_wake(t)
+            t = min(t, nodes.next_at())
+            if t == inf:
+                break
             if t < now:
                 t = now
             for team in below:
@@ -386,8 +349,10 @@ class _Replay:
                     heapq.heappush(wakes, (patience, rec.job.job_id, 0))
                 i += 1
             self.next_arrival = i
+            nodes.resume_due(now)
             if self.queue:
                 self.cycle()
+            nodes.after_cycle(now, self.queue.values(), self._room)
             if now >= self.next_sample:
                 self.sample()
             events += 1
@@ -411,6 +376,9 @@ class _Replay:
             heapq.heappop(wakes)
         return t
 
+    def _room(self, team: str, model: str) -> int:
+        return self.book.room(team, model, guarantee=False)
+
     def cycle(self) -> None:
         decision = self._decide()
         self._apply(decision)
@@ -422,9 +390,10 @@ class _Replay:
         a fresh one from the full state, as the live dispatcher does."""
         if self.engine is not None:
             return self.engine.cycle(self.now, self.meter.view(self.now))
+        off = self.nodes.off_gpu_ids
         state = ClusterState(
             self.now,
-            self.gpus,
+            [g for g in self.gpus if g.gpu_id not in off] if off else self.gpus,
             list(self.queue.values()),
             list(self.running.values()),
             [],
@@ -485,4 +454,5 @@ class _Replay:
             self.below_seconds,
             self.queue_length,
             self.first,
+            self.nodes.totals(self.now),
         )

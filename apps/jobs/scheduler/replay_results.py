@@ -59,6 +59,17 @@ class ReplayResult:
     # (seconds since the first submit, jobs queued), sampled
     queue_length: list[tuple[float, int]] = field(default_factory=list)
     models: list[str] = field(default_factory=list)  # the fleet's GPU models
+    # Nodes (``replay_power``): node-hours with no job on the node (powered on or off), and with
+    # power saving the node-hours off, the energy that saved, power-downs, the most of them one
+    # node had in one day of the replay, and bookings started late (0: the replay has none)
+    idle_node_hours: float = 0.0
+    node_hours_off: float = 0.0
+    energy_saved_kwh: float = 0.0
+    power_cycles: int = 0
+    max_cycles_per_node_day: int = 0
+    bookings_late: int = 0
+    bookings_late_reason: str = ""
+    power_saving: dict | None = None  # its settings; None: always on
     # one tuple per finished job, in JOB_COLUMNS order (not part of as_dict)
     job_rows: list[tuple] = field(default_factory=list, repr=False)
 
@@ -85,7 +96,7 @@ def jain_index(values: list[float]) -> float:
 
 def replay_result(
     policy, jobs, never_fit, preemptions, records, gpus, gpu_seconds, model_seconds,
-    below_seconds, queue_length, first,
+    below_seconds, queue_length, first, nodes=None,
 ) -> ReplayResult:  # fmt: skip
     done = [rec for rec in records.values() if rec.end is not None]
     makespan = max((rec.end for rec in done), default=first) - first
@@ -149,6 +160,7 @@ def replay_result(
         queue_length=queue_length,
         models=sorted({g.model for g in gpus}),
         job_rows=rows,
+        **(nodes or {}),
     )
 
 

@@ -12,17 +12,29 @@ list, any CSV with named columns (times in seconds, ISO 8601 or `YYYY-MM-DD HH:M
 durations in seconds or `[D-]HH:MM:SS`), or `--format slurm` for `sacct --parsable2` output.
 Bad rows are skipped and counted by reason with line numbers; a file that cannot be read is
 one error and a non-zero exit.
+
+`--power-save-after SECONDS` replays with power saving (`apps.fleet.power_rules`, the rule the
+live policy follows): a node fully idle that long powers down unless that leaves fewer than
+`--warm-gpus` idle powered-on GPUs of its model; queued work wakes powered-off nodes, which take
+work `--resume-seconds` later; at most `POWER_MAX_CYCLES_PER_DAY` power-downs per node a day and
+the minimum on/off times `POWER_MIN_ON_SECONDS` / `POWER_MIN_OFF_SECONDS`, as live. The policy's
+results are then those with power saving, beside the same policy always on (`always-on`) and
+FIFO; each result gains idle node-hours, node-hours off, energy saved (at `--idle-watts` per
+idle node), power cycles and bookings started late (none: the replay has no bookings).
 """
 
 import json
 from pathlib import Path
 
 import plotly.graph_objects as go
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from plotly.subplots import make_subplots
 
+from apps.fleet import power_rules
 from apps.jobs.scheduler import POLICIES, SPARE_ORDERS, SchedulerConfig
 from apps.jobs.scheduler.replay import RUNTIME_LIMITS, format_table, simulate, write_job_rows
+from apps.jobs.scheduler.replay_power import DEFAULT_IDLE_WATTS
 from apps.jobs.scheduler.team_metrics import format_team_metrics, team_metrics
 from apps.jobs.scheduler.trace import (
     TraceError,
@@ -37,6 +49,7 @@ from apps.jobs.scheduler.trace import (
 )
 
 BASELINE = "fifo"
+ALWAYS_ON = "always-on"
 
 
 class Command(BaseCommand):
@@ -82,6 +95,31 @@ class Command(BaseCommand):
         parser.add_argument("--limit", type=int, help="replay only the first N jobs")
         parser.add_argument("--out", default="var/replay", help="folder for replay.json/.html")
         parser.add_argument("--jobs-out", help="CSV file: one row per job of --policy")
+        power = parser.add_argument_group("power saving")
+        power.add_argument(
+            "--power-save-after",
+            type=float,
+            metavar="SECONDS",
+            help="power a node down after it was fully idle this long (default: never)",
+        )
+        power.add_argument(
+            "--resume-seconds",
+            type=float,
+            default=300.0,
+            help="from waking a node until it takes work (default 300)",
+        )
+        power.add_argument(
+            "--warm-gpus",
+            type=int,
+            default=0,
+            help="idle powered-on GPUs of each model that stay on (default 0)",
+        )
+        power.add_argument(
+            "--idle-watts",
+            type=float,
+            default=DEFAULT_IDLE_WATTS,
+            help=f"watts an idle node draws (default {DEFAULT_IDLE_WATTS:.0f})",
+        )
         for column in ("submit", "duration", "end", "gpus", "team", "model", "user"):
             parser.add_argument(f"--{column}-column", help=f"generic traces: the {column} column")
 
@@ -100,7 +138,8 @@ class Command(BaseCommand):
                 quotas = helios_quotas(options["helios_quotas"], gpus, teams)
             else:
                 quotas = default_quotas(gpus, teams)
-        except (TraceError, OSError) as error:
+            saving = self._power_saving(options)
+        except (TraceError, OSError, ValueError) as error:
             raise CommandError(str(error)) from error
         if not loaded.jobs:
             raise CommandError("The trace has no job that asks for a GPU.")
@@ -112,13 +151,21 @@ class Command(BaseCommand):
         config = SchedulerConfig(
             spare_order=options["spare_order"], pack_borrowed=options["pack_borrowed"]
         )
+        runs = [(name, name, None) for name in policies]
+        if saving is not None:
+            runs.insert(1, (ALWAYS_ON, options["policy"], None))
+            runs[0] = (options["policy"], options["policy"], saving)
         results = {
             name: simulate(
-                loaded.jobs, gpus, quotas, name, config, runtime_limits=options["runtime_limits"]
+                loaded.jobs, gpus, quotas, policy, config,
+                runtime_limits=options["runtime_limits"],
+                power_saving=power, idle_watts=options["idle_watts"],
             )
-            for name in policies
-        }
+            for name, policy, power in runs
+        }  # fmt: skip
         self.stdout.write(format_table(results))
+        if saving is not None:
+            self.stdout.write(_power_summary(results[options["policy"]], results[ALWAYS_ON]))
         teams = {name: team_metrics(result, quotas) for name, result in results.items()}
         self.stdout.write(
             "What teams see (guarantee wait, shared vs alone, rho = JCT shared / alone):"
@@ -144,6 +191,20 @@ class Command(BaseCommand):
                 rows = write_job_rows(results[options["policy"]], handle)
             self.stdout.write(f"Wrote {rows:,} job rows to {path}")
         self.stdout.write(self.style.SUCCESS(f"Wrote {out / 'replay.json'} and replay.html"))
+
+    def _power_saving(self, options) -> power_rules.PowerSaving | None:
+        """The power-saving settings asked for (None: always on); ValueError for bad ones."""
+        if options["power_save_after"] is None:
+            return None
+        for option in ("power_save_after", "resume_seconds", "warm_gpus", "idle_watts"):
+            if options[option] < 0:
+                raise ValueError(f"--{option.replace('_', '-')} must not be negative.")
+        return power_rules.PowerSaving(
+            idle_seconds=options["power_save_after"],
+            resume_seconds=options["resume_seconds"],
+            warm_gpus=options["warm_gpus"],
+            **power_rules.limits_from(settings),
+        )
 
     def _load_trace(self, options):
         fmt = options["format"]
@@ -175,6 +236,27 @@ class Command(BaseCommand):
         if options["limit"]:
             loaded.jobs = loaded.jobs[: options["limit"]]
         return loaded
+
+
+def _power_summary(saved, always_on) -> str:
+    """What power saving saved and what it cost in JCT, against the same policy always on."""
+    share = saved.node_hours_off / saved.idle_node_hours if saved.idle_node_hours else 0.0
+    added = saved.avg_jct - always_on.avg_jct
+    ratio = added / always_on.avg_jct if always_on.avg_jct else 0.0
+    return "\n".join(
+        [
+            "Power saving:",
+            f"  fully idle node-hours {saved.idle_node_hours:,.1f} (always on: "
+            f"{always_on.idle_node_hours:,.1f}); powered off {saved.node_hours_off:,.1f} "
+            f"({share:.1%})",
+            f"  energy saved {saved.energy_saved_kwh:,.1f} kWh "
+            f"(at {saved.power_saving['idle_watts']:.0f} W per idle node)",
+            f"  power cycles {saved.power_cycles:,}; most in one node-day "
+            f"{saved.max_cycles_per_node_day}",
+            f"  average JCT added {added / 3600:+.3f} h ({ratio:+.2%})",
+            f"  bookings started late {saved.bookings_late} ({saved.bookings_late_reason})",
+        ]
+    )
 
 
 def _report(results) -> go.Figure:
