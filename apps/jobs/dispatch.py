@@ -22,7 +22,7 @@ from django.db.models import Max
 from django.utils import timezone
 
 from apps.fleet.models import Gpu
-from apps.jobs import services
+from apps.jobs import messaging, services
 from apps.jobs.choices import ACTIVE_STATUSES, WAITING_STATUSES, JobStatus
 from apps.jobs.models import Job, JobAllocation
 from apps.jobs.scheduler.state import (
@@ -368,7 +368,7 @@ def _apply(decision: Decision, *, now: datetime, result: CycleResult) -> None:
             spec = launch_spec(
                 job, by_node[hostname], rank=rank, ranks=len(hostnames), master=primary
             )
-            services.send_agent_task(LAUNCH_TASK, hostname, spec, key=services.launch_key(job))
+            messaging.send_agent_task(LAUNCH_TASK, hostname, spec, key=messaging.launch_key(job))
         result.placed.append(job.pk)
 
     placed = set(result.placed)

@@ -2,13 +2,12 @@
 
 Every way a job stops closes its open `JobAllocation` rows (end = now): the billing meter charges
 job GPU time from [start, end) of allocations, so a requeued or preempted attempt is never billed
-twice. Agents are reached through `send_agent_task` after the transaction commits.
+twice. Agents are reached through `apps.jobs.messaging` after the transaction commits.
 """
 
 import logging
 from datetime import datetime, timedelta
 
-from celery import current_app
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
@@ -18,6 +17,7 @@ from django.utils import timezone
 from apps.audit.services import audit_record
 from apps.fleet.choices import GpuStatus
 from apps.fleet.models import Gpu, GpuModel, Node
+from apps.jobs import messaging
 from apps.jobs.choices import (
     ACTIVE_STATUSES,
     FINISHED_STATUSES,
@@ -27,7 +27,7 @@ from apps.jobs.choices import (
 )
 from apps.jobs.models import Job, JobAllocation
 from apps.jobs.transitions import job_transition
-from apps.outbox.services import outbox_send_task, outbox_withdraw
+from apps.outbox.services import outbox_withdraw
 from apps.reservations.choices import OPEN_STATUSES as RESERVATION_OPEN_STATUSES
 from apps.reservations.models import Reservation
 from apps.teams.models import Membership, Team
@@ -37,7 +37,7 @@ from portal import hooks
 from portal.exceptions import ConflictError, PolicyRefusal
 from portal.formatting import format_count
 from portal.pg_text import storable, text_problem
-from workers.protocol import KILL_TASK, LAUNCH_TASK, hostname_of_queue, node_queue
+from workers.protocol import KILL_TASK, hostname_of_queue
 
 logger = logging.getLogger(__name__)
 
@@ -48,47 +48,14 @@ MAX_ENV_VALUE = 8192
 LOG_TAIL_CHARS = 16_000
 
 
-# --- messages to node agents -----------------------------------------------------------------
-
-
-def send_agent_task(name: str, hostname: str, *args, key: str = "") -> None:
-    """Send one task to a node agent's own queue (`node.<hostname>`) through the outbox: it is
-    written in the caller's transaction and sent after the commit, or later by beat if the
-    broker is down (a kill is delayed by an outage, never lost). A `key` lets a later change
-    withdraw it while it is unsent."""
-    outbox_send_task(name, queue=node_queue(hostname), args=args, key=key)
-
-
-def launch_key(job: Job) -> str:
-    """Outbox key of the launches of the job's current attempt (one per node)."""
-    return f"{LAUNCH_TASK}:{job.pk}:{job.attempt}"
-
-
 def _withdraw_launches(job: Job, hostnames: list[str], *, now: datetime) -> list[str]:
     """Drop the attempt's launches still waiting in the outbox (the broker is down): those
     nodes never start it, so they need no kill and its GPUs there are free at once. Returns
     the nodes that may run it (their launch went out): they get the kill."""
-    unsent = {hostname_of_queue(queue) for queue in outbox_withdraw(key=launch_key(job))}
+    unsent = {hostname_of_queue(queue) for queue in outbox_withdraw(key=messaging.launch_key(job))}
     for hostname in unsent:
         release_allocations(job_id=job.pk, attempt=job.attempt, hostname=hostname, now=now)
     return [h for h in hostnames if h not in unsent]
-
-
-def trigger_schedule() -> None:
-    """Ask for a scheduling cycle once the current transaction commits."""
-
-    def _send() -> None:
-        try:
-            current_app.send_task("jobs.schedule", queue="portal", expires=5)
-        except Exception:  # noqa: BLE001 - the beat cycle runs within seconds anyway
-            logger.warning("could not trigger a scheduling cycle", exc_info=True)
-
-    transaction.on_commit(_send)
-
-
-def _kill_on_commit(job: Job, hostnames: list[str], grace_seconds: int) -> None:
-    for hostname in hostnames:
-        send_agent_task(KILL_TASK, hostname, job.pk, job.attempt, grace_seconds)
 
 
 def _job_hostnames(job: Job) -> list[str]:
@@ -281,7 +248,7 @@ def job_submit(
         )
         # An execution backend (Slurm) may take the job here; its refusal undoes the submit.
         hooks.emit("job.submitted", job=job)
-        trigger_schedule()
+        messaging.trigger_schedule()
     return job
 
 
@@ -312,7 +279,7 @@ def job_cancel(*, job: Job, actor, reason: str = "", audit: bool = False) -> Job
         close_allocations(job, now=now)
         hostnames = _withdraw_launches(job, hostnames, now=now)
         if hostnames:
-            _kill_on_commit(job, hostnames, settings.JOBS_KILL_GRACE_SECONDS)
+            messaging.kill_on_commit(job, hostnames, settings.JOBS_KILL_GRACE_SECONDS)
         hooks.emit("job.cancelled", job=job, actor=actor)
         if audit or not member:
             audit_record(
@@ -323,7 +290,7 @@ def job_cancel(*, job: Job, actor, reason: str = "", audit: bool = False) -> Job
                 after={"status": job.status},
                 reason=reason,
             )
-        trigger_schedule()
+        messaging.trigger_schedule()
     return job
 
 
@@ -393,7 +360,7 @@ def job_report(*, report: dict, now: datetime | None = None) -> str:
         secondary = hostnames[1:]
         close_allocations(job, now=now)
         if secondary:
-            _kill_on_commit(job, secondary, settings.JOBS_KILL_GRACE_SECONDS)
+            messaging.kill_on_commit(job, secondary, settings.JOBS_KILL_GRACE_SECONDS)
         if job.status == JobStatus.PREEMPTED:
             _requeue(job, now=now, reason="preempted", counted=False)
         elif job.status in ACTIVE_STATUSES:
@@ -403,7 +370,7 @@ def job_report(*, report: dict, now: datetime | None = None) -> str:
         else:  # queued/requeued: a late report of a stopped attempt
             job.save(update_fields=["log_tail", "exit_code"])
             return "ignored"
-        trigger_schedule()
+        messaging.trigger_schedule()
         return job.status
 
 
@@ -426,7 +393,7 @@ def _secondary_rank_report(job: Job, report: dict, event: str, *, now: datetime)
 
 def _gang_broken(job: Job, *, now: datetime, reason: str) -> str:
     """Stop every node of a multi-node job and requeue it once; a second break fails it."""
-    _kill_on_commit(job, _job_hostnames(job), settings.JOBS_KILL_GRACE_SECONDS)
+    messaging.kill_on_commit(job, _job_hostnames(job), settings.JOBS_KILL_GRACE_SECONDS)
     if job.gang_requeued:
         close_allocations(job, now=now)
         message = f"Failed: its nodes broke apart a second time ({reason})."
@@ -435,7 +402,7 @@ def _gang_broken(job: Job, *, now: datetime, reason: str) -> str:
     else:
         job.gang_requeued = True
         _requeue(job, now=now, reason=f"multi-node job stopped: {reason}", counted=False)
-    trigger_schedule()
+    messaging.trigger_schedule()
     return job.status
 
 
@@ -478,11 +445,13 @@ def jobs_requeue_for_node(*, node: Node, now: datetime | None = None) -> list[in
                 _gang_broken(job, now=now, reason=f"node {node.hostname} unreachable")
                 done.append(job.pk)
                 continue
-            _kill_on_commit(job, hostnames or [node.hostname], settings.JOBS_KILL_GRACE_SECONDS)
+            messaging.kill_on_commit(
+                job, hostnames or [node.hostname], settings.JOBS_KILL_GRACE_SECONDS
+            )
             _requeue(job, now=now, reason=f"node {node.hostname} unreachable")
             done.append(job.pk)
         if done:
-            trigger_schedule()
+            messaging.trigger_schedule()
     return done
 
 
@@ -498,7 +467,9 @@ def jobs_kill_stale_attempts(*, node: Node, now: datetime | None = None) -> list
         .distinct()
     )
     for job_id, attempt in stale:
-        send_agent_task(KILL_TASK, node.hostname, job_id, attempt, settings.JOBS_KILL_GRACE_SECONDS)
+        messaging.send_agent_task(
+            KILL_TASK, node.hostname, job_id, attempt, settings.JOBS_KILL_GRACE_SECONDS
+        )
     if stale:
         logger.warning("node %s is back: killing stopped attempts %s", node.hostname, stale)
     return stale
@@ -518,7 +489,7 @@ def jobs_expire_stale(*, now: datetime | None = None) -> dict[str, list[int]]:
         )
         for job in stuck:
             hostnames = _job_hostnames(job)
-            _kill_on_commit(job, hostnames, settings.JOBS_KILL_GRACE_SECONDS)
+            messaging.kill_on_commit(job, hostnames, settings.JOBS_KILL_GRACE_SECONDS)
             _requeue(job, now=now, reason="the node never started it")
             done["requeued"].append(job.pk)
         overdue = Job.objects.select_for_update(skip_locked=True).filter(
@@ -527,7 +498,7 @@ def jobs_expire_stale(*, now: datetime | None = None) -> dict[str, list[int]]:
         for job in overdue:
             if job.started_at + timedelta(seconds=job.max_runtime_seconds) + grace + timeout > now:
                 continue
-            _kill_on_commit(job, _job_hostnames(job), 0)
+            messaging.kill_on_commit(job, _job_hostnames(job), 0)
             close_allocations(job, now=now)
             message = "No report from its node after the maximum runtime."
             job_transition(job, JobStatus.FAILED, at=now, message=message)
@@ -566,7 +537,7 @@ def job_preempt(
         )
         job_transition(job, JobStatus.PREEMPTED, at=now, message=message)
         job.save()
-        _kill_on_commit(job, _job_hostnames(job), grace)
+        messaging.kill_on_commit(job, _job_hostnames(job), grace)
         if actor is not None:
             audit_record(
                 actor=actor,

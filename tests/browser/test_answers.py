@@ -105,10 +105,10 @@ def test_find_free_slots_starts_at_the_local_day_and_time_typed(new_york_page):
 
 
 def test_guaranteed_job_above_the_guarantee_is_refused_on_the_form(login_as, monkeypatch):
-    from apps.jobs import services
     from apps.jobs.models import Job
+    from portal.celery import app
 
-    monkeypatch.setattr(services.current_app, "send_task", lambda *args, **kwargs: None)
+    monkeypatch.setattr(app, "send_task", lambda *args, **kwargs: None)
     guarantee = Quota.objects.get(team__slug="vision", gpu_model__name=H100).guaranteed
     page = login_as("alice")
     page.goto("/jobs/submit/")

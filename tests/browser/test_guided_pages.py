@@ -23,9 +23,9 @@ H100 = "H100-SXM-80GB"
 @pytest.fixture(autouse=True)
 def _no_broker(monkeypatch):
     """Pages only: nothing is sent to node agents."""
-    from apps.jobs import services
+    from portal.celery import app
 
-    monkeypatch.setattr(services.current_app, "send_task", lambda *args, **kwargs: None)
+    monkeypatch.setattr(app, "send_task", lambda *args, **kwargs: None)
 
 
 def test_finance_home_says_what_to_do_and_the_nav_offers_no_booking(login_as):

@@ -10,9 +10,9 @@ from apps.jobs.models import Job
 @pytest.fixture(autouse=True)
 def _no_broker(monkeypatch):
     """The page flow only; dispatch to agents is covered by tests/jobs/test_end_to_end.py."""
-    from apps.jobs import services
+    from portal.celery import app
 
-    monkeypatch.setattr(services.current_app, "send_task", lambda *args, **kwargs: None)
+    monkeypatch.setattr(app, "send_task", lambda *args, **kwargs: None)
 
 
 def test_submit_see_pending_and_cancel(login_as):

@@ -19,9 +19,9 @@ from tests.factories import JobFactory
 
 @pytest.fixture(autouse=True)
 def _no_broker(monkeypatch):
-    from apps.jobs import services
+    from portal.celery import app
 
-    monkeypatch.setattr(services.current_app, "send_task", lambda *args, **kwargs: None)
+    monkeypatch.setattr(app, "send_task", lambda *args, **kwargs: None)
 
 
 def _names(page) -> list[str]:

@@ -13,10 +13,11 @@ from tests.factories import JobFactory
 
 @pytest.fixture(autouse=True)
 def _no_broker(monkeypatch):
-    from apps.jobs import services
+    from apps.jobs import messaging
+    from portal.celery import app
 
-    monkeypatch.setattr(services.current_app, "send_task", lambda *args, **kwargs: None)
-    monkeypatch.setattr(services, "send_agent_task", lambda *args, **kwargs: None)
+    monkeypatch.setattr(app, "send_task", lambda *args, **kwargs: None)
+    monkeypatch.setattr(messaging, "send_agent_task", lambda *args, **kwargs: None)
 
 
 def _job(team: str, user: str, name: str, count: int):

@@ -13,12 +13,13 @@ def main() -> None:
     from django.core.management import call_command
 
     from apps.fleet.models import GpuModel, Node
-    from apps.jobs import dispatch, services
+    from apps.jobs import dispatch, messaging, services
     from apps.jobs.models import Job, JobAllocation
     from apps.teams.models import Membership, Quota, Team, User
+    from portal.celery import app
 
-    services.send_agent_task = lambda *args, **kwargs: None
-    services.current_app.send_task = lambda *args, **kwargs: None
+    messaging.send_agent_task = lambda *args, **kwargs: None
+    app.send_task = lambda *args, **kwargs: None
 
     call_command("migrate", verbosity=0)
     from tests.factories import make_node_with_gpus
