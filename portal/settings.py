@@ -436,6 +436,9 @@ CELERY_BEAT_SCHEDULE["reservations-lifecycle"] = {
 TELEMETRY_MISSED_POLLS_UNREACHABLE = env.int("TELEMETRY_MISSED_POLLS_UNREACHABLE", default=3)
 TELEMETRY_RAW_RETENTION_DAYS = env.int("TELEMETRY_RAW_RETENTION_DAYS", default=7)
 TELEMETRY_MINUTE_RETENTION_DAYS = env.int("TELEMETRY_MINUTE_RETENTION_DAYS", default=90)
+# PostgreSQL keeps raw samples and minute rollups in one partition per UTC day, created this
+# many days ahead (hourly, by the retention task); retention drops whole days.
+TELEMETRY_PARTITION_DAYS_AHEAD = env.int("TELEMETRY_PARTITION_DAYS_AHEAD", default=3)
 TELEMETRY_MAX_CLOCK_SKEW_SECONDS = env.int("TELEMETRY_MAX_CLOCK_SKEW_SECONDS", default=300)
 # One busy rule for busy time, the idle page and idle reclaim (apps/telemetry/activity.py). On
 # GPUs with GPM metrics (Hopper and newer) it uses SM activity, a truer signal than

@@ -18,6 +18,7 @@ from apps.fleet.choices import NodeStatus
 from apps.fleet.models import Node
 from apps.fleet.services import node_set_reachable
 from apps.fleet.transitions import node_silence
+from apps.telemetry import partitions
 from apps.telemetry.models import (
     DrainHeartbeat,
     GpuSample,
@@ -129,22 +130,38 @@ def _delete_in_batches(queryset) -> int:
         deleted += queryset.model.objects.filter(pk__in=ids).delete()[0]
 
 
+def _expire(queryset, table: str, cutoff: datetime) -> int:
+    """Remove a time-partitioned table's rows before `cutoff`: whole days dropped where
+    PostgreSQL partitions the table, batched deletes elsewhere (SQLite)."""
+    if partitions.partitioning_available() and partitions.is_partitioned(table):
+        return partitions.drop_days_before(table, cutoff, batch=RETENTION_BATCH)
+    return _delete_in_batches(queryset)
+
+
 def telemetry_retention(*, now: datetime | None = None) -> dict[str, int]:
     """Drop raw samples, batch keys and dead letters past TELEMETRY_RAW_RETENTION_DAYS and
-    minute rollups past TELEMETRY_MINUTE_RETENTION_DAYS. Hour rollups are kept."""
+    minute rollups past TELEMETRY_MINUTE_RETENTION_DAYS (on PostgreSQL by whole days, see
+    `apps.telemetry.partitions`). Hour rollups are kept. Creates the coming days' partitions
+    first."""
     from apps.telemetry.models import GpuMinuteRollup
 
     now = now or timezone.now()
+    created = partitions.ensure_partitions(now=now)
     raw_cutoff = now - timedelta(days=settings.TELEMETRY_RAW_RETENTION_DAYS)
     minute_cutoff = now - timedelta(days=settings.TELEMETRY_MINUTE_RETENTION_DAYS)
     old_batches = IngestBatch.objects.filter(received_at__lt=raw_cutoff)
     # Stored-sample totals live on the batch keys; keep them when the keys go.
     counter_add("samples_stored_archived", amount=old_batches.aggregate(n=Sum("stored"))["n"] or 0)
     return {
-        "samples": _delete_in_batches(GpuSample.objects.filter(ts__lt=raw_cutoff)),
+        "partitions_created": len(created),
+        "samples": _expire(
+            GpuSample.objects.filter(ts__lt=raw_cutoff), "telemetry_gpusample", raw_cutoff
+        ),
         "batches": _delete_in_batches(old_batches),
-        "minute_rollups": _delete_in_batches(
-            GpuMinuteRollup.objects.filter(bucket__lt=minute_cutoff)
+        "minute_rollups": _expire(
+            GpuMinuteRollup.objects.filter(bucket__lt=minute_cutoff),
+            "telemetry_gpuminuterollup",
+            minute_cutoff,
         ),
         "dead_letters": _delete_in_batches(
             TelemetryDeadLetter.objects.filter(received_at__lt=raw_cutoff)
