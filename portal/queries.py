@@ -95,6 +95,14 @@ QUERIES: dict[str, Query] = {
             answered_by="billing (rate cards)",
         ),
         Query(
+            "energy.price",
+            ("kwh_by_model", "at"),
+            "price (Decimal) of kwh_by_model {model: kWh} at each model's energy tariff; None "
+            "when a model has no energy price",
+            asked_by="jobs (what-if: energy power saving saves)",
+            answered_by="billing (rate cards' energy price per kWh)",
+        ),
+        Query(
             "fleet.node_notes",
             ("nodes",),
             "{hostname: note} of what an external scheduler says of each node",

@@ -113,6 +113,22 @@ def price_gpu_hours(*, hours_by_model: dict, at) -> Decimal | None:
     return total.quantize(Decimal("0.01"))
 
 
+def price_energy(*, kwh_by_model: dict, at) -> Decimal | None:
+    """Price of energy per model {model name: kWh} at the energy price of the rate card in
+    force at `at`; None when a model with energy has no card or its card prices no energy.
+    Answers the `energy.price` query (the what-if page: what power saving saves)."""
+    rates = RateBook(start=at, end=at + timedelta(seconds=1))
+    total = Decimal(0)
+    for model, kwh in kwh_by_model.items():
+        if not kwh:
+            continue
+        card = rates.card_at(model, at)
+        if card is None or card.energy_price_per_kwh is None:
+            return None
+        total += Decimal(str(kwh)) * card.energy_price_per_kwh
+    return total.quantize(Decimal("0.01"))
+
+
 def team_total_all(period: BillingPeriod) -> Decimal:
     """Everything charged in the period, all teams and the platform (exact)."""
     return ledger_for_period(period).aggregate(t=ExactSum("cost"))["t"] or Decimal(0)

@@ -197,6 +197,9 @@ class WhatIfRun(models.Model):
     policy = models.CharField(max_length=32)
     # [{"team", "model", "guaranteed", "limit"}], in the order of the form's rows
     proposed = models.JSONField(default=list)
+    # {"idle_seconds", "resume_seconds", "warm_gpus", "idle_watts"}: also replay the proposal
+    # with power saving (``whatif.power_saving_from``); None: always on only
+    power_saving = models.JSONField(null=True, blank=True)
     result = models.JSONField(null=True, blank=True)
     error = models.TextField(blank=True)
     created_by = models.ForeignKey(

@@ -15,6 +15,8 @@ from apps.jobs.whatif import (
     team_changes,
     whatif_run_start,
 )
+from apps.jobs.whatif_power import FIELDS as POWER_FIELDS
+from apps.jobs.whatif_power import power_saving_from
 from apps.teams.permissions import is_platform_admin
 from apps.teams.services import quota_numbers_check
 from portal.plotting import LAYOUT, figure_json
@@ -87,15 +89,19 @@ def what_if_view(request):
         typed, window, policy = {}, "7d", "fairshare"
     context = {"quotas": _quota_rows(current, typed), "windows": list(WINDOWS),
                "policies": sorted(POLICIES), "window": window, "policy": policy,
+               "power": _power_values(request.POST if request.method == "POST" else None, run),
                "errors": [], "run": run, "result": None}  # fmt: skip
     if request.method == "POST":
         proposals, errors = _proposals_from(request.POST, current)
         if window not in WINDOWS or policy not in POLICIES:
             errors.append("Choose a window and a policy from the lists.")
+        power_saving, power_errors = power_saving_from(request.POST)
+        errors.extend(power_errors)
         if errors:
             context["errors"] = errors
             return render(request, "jobs/what_if.html", context, status=400)
-        run = whatif_run_start(actor=request.user, proposed=proposals, window=window, policy=policy)
+        run = whatif_run_start(actor=request.user, proposed=proposals, window=window,
+                               policy=policy, power_saving=power_saving)  # fmt: skip
         return redirect(f"{reverse('jobs:what-if')}?run={run.pk}")
     if run is not None and run.status == WhatIfStatus.DONE:
         result = context["result"] = run.result
@@ -103,6 +109,19 @@ def what_if_view(request):
         if result["teams"] and not result["too_few_jobs"] and not result["nobody_waited"]:
             context["figure"] = _wait_figure(result["teams"])
     return render(request, "jobs/what_if.html", context)
+
+
+def _power_values(post, run: WhatIfRun | None) -> dict:
+    """What the power-saving inputs show: what was typed, else the run's options, else the
+    defaults ("power down after" empty: always on)."""
+    if post is not None:
+        return {field: post.get(field, "") for field in POWER_FIELDS}
+    stored = (run.power_saving if run is not None else None) or {}
+    values = {}
+    for field, (key, _, default, _) in POWER_FIELDS.items():
+        value = stored.get(key, default)
+        values[field] = "" if value is None else f"{value:g}"
+    return values
 
 
 @login_required

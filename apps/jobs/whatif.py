@@ -20,6 +20,7 @@ from apps.jobs.models import Job, WhatIfRun
 from apps.jobs.scheduler.replay import JOB_COLUMNS, ReplayResult, TraceJob, simulate
 from apps.jobs.scheduler.state import GpuInfo, TeamQuota
 from apps.jobs.scheduler.team_metrics import compare_teams, team_metrics
+from apps.jobs.whatif_power import power_comparison
 from apps.outbox.services import outbox_send_task
 from apps.teams.models import Quota
 from portal import queries
@@ -137,6 +138,7 @@ def what_if(
     policy: str,
     now: datetime,
     progress: Callable[[int], None] = lambda percent: None,
+    power_saving: dict | None = None,
 ) -> dict:
     """Both replays and a per-team comparison: average and p95 wait, average slowdown,
     GPU-hours run and lost to preemption, cost; and what teams care about
@@ -144,22 +146,33 @@ def what_if(
     (``change``), worse off than alone on its guaranteed GPUs, its guarantee wait p99 and worst
     finish-time fairness rho, before and after; overall (``guarantee``) the same figures over
     all teams, and Jain fairness over per-team slowdown as context. JSON-safe (costs as
-    decimal strings), so that a run can store it. `progress(percent)` is told how far it got."""
+    decimal strings), so that a run can store it. `progress(percent)` is told how far it got.
+    With ``power_saving`` (``whatif_power.power_saving_from``), ``power`` compares the proposal
+    replayed with power saving against it always on (``whatif_power.power_comparison``)."""
     history = job_history(since=now - window, until=now)
     gpus = fleet_now()
     if not history or not gpus:
         return {"jobs": len(history), "gpus": len(gpus), "teams": []}
     progress(10)
+    step = 40 if power_saving is None else 27  # percent per replay
     quotas_before, quotas_after = _team_quotas(current_quotas()), _team_quotas(proposed)
     before = simulate(
         history, gpus, quotas_before, policy,
-        progress=lambda done: progress(10 + int(40 * done)),
+        progress=lambda done: progress(10 + int(step * done)),
     )  # fmt: skip
-    progress(50)
+    progress(10 + step)
     after = simulate(
         history, gpus, quotas_after, policy,
-        progress=lambda done: progress(50 + int(40 * done)),
+        progress=lambda done: progress(10 + step + int(step * done)),
     )  # fmt: skip
+    power = None
+    if power_saving is not None:
+        progress(10 + 2 * step)
+        power = power_comparison(
+            history=history, gpus=gpus, quotas=quotas_after, policy=policy, always_on=after,
+            options=power_saving, at=now,
+            progress=lambda done: progress(10 + 2 * step + int(step * done)),
+        )  # fmt: skip
     progress(90)
     lost_before, lost_after = _lost_gpu_hours(before), _lost_gpu_hours(after)
     metrics_before, metrics_after = (
@@ -196,6 +209,7 @@ def what_if(
         "before": _summary(before),
         "after": _summary(after),
         "guarantee": {"before": _overall(metrics_before), "after": _overall(metrics_after)},
+        "power": power,
         "currency": settings.BILLING_CURRENCY,
         "too_few_jobs": len(history) < MIN_JOBS,
         "min_jobs": MIN_JOBS,
@@ -225,16 +239,22 @@ def team_changes(result: dict) -> dict | None:
 
 
 def whatif_run_start(
-    *, actor, proposed: list[QuotaProposal], window: str, policy: str
+    *,
+    actor,
+    proposed: list[QuotaProposal],
+    window: str,
+    policy: str,
+    power_saving: dict | None = None,
 ) -> WhatIfRun:
     """Record a what-if run and hand it to a worker once the transaction commits (through the
     outbox, so a run is never sent that was not saved, nor saved and never sent). The caller
-    has checked the numbers, the window and the policy."""
+    has checked the numbers, the window, the policy and the power-saving options."""
     with transaction.atomic():
         run = WhatIfRun.objects.create(
             window=window,
             policy=policy,
             proposed=[asdict(p) for p in proposed],
+            power_saving=power_saving,
             created_by=actor,
         )
         outbox_send_task("jobs.what_if", queue=settings.CELERY_TASK_DEFAULT_QUEUE, args=[run.pk])
@@ -277,6 +297,7 @@ def whatif_run_execute(*, run_id: int, now: datetime | None = None) -> str:
             policy=run.policy,
             now=now or run.created_at,
             progress=progress,
+            power_saving=run.power_saving,
         )
     except Exception as failure:  # the page must show a failed run, not poll forever
         running.update(

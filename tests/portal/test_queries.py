@@ -53,6 +53,7 @@ def _arguments(name: str, world: dict) -> dict:
         "teams.member_figures": {"team": team},
         "teams.member_costs": {"team": team, "month_text": None},
         "gpu_hours.price": {"hours_by_model": {model.name: (2.0, 0.5)}, "at": now},
+        "energy.price": {"kwh_by_model": {model.name: 3.5}, "at": now},
         "fleet.node_notes": {"nodes": list(Node.objects.all())},
     }[name]
 
@@ -67,6 +68,7 @@ ANSWER_TYPES = {
     "teams.member_figures": dict,
     "teams.member_costs": (dict, type(None)),
     "gpu_hours.price": (Decimal, type(None)),
+    "energy.price": (Decimal, type(None)),
     "fleet.node_notes": dict,
 }
 

@@ -87,6 +87,7 @@ class NodeClock:
         self.start = start
         self.idle_seconds = 0.0
         self.off_seconds = 0.0
+        self.off_seconds_by_model: dict[str, float] = defaultdict(float)
         self.power_cycles = 0
         self.off_gpu_ids: set[int] = set()  # GPUs of nodes off or resuming
         self.off: dict[str, _Node] = {}
@@ -227,6 +228,7 @@ class NodeClock:
         for name in nodes_to_wake(demands, off, resuming, now, self.saving):
             node = self.off.pop(name)
             self.off_seconds += now - node.off_since
+            self.off_seconds_by_model[node.model] += now - node.off_since
             node.state = RESUMING
             node.token += 1
             self.resuming[name] = node
@@ -262,6 +264,11 @@ class NodeClock:
             max(0.0, end - n.idle_since) for n in self.nodes.values() if n.idle_since is not None
         )
         off = self.off_seconds + sum(max(0.0, end - n.off_since) for n in self.off.values())
+        off_by_model: dict[str, float] = defaultdict(float)
+        for node in self.off.values():
+            off_by_model[node.model] += max(0.0, end - node.off_since)
+        for model, seconds in self.off_seconds_by_model.items():
+            off_by_model[model] += seconds
         per_day: dict[tuple[str, int], int] = defaultdict(int)
         for node in self.nodes.values():
             for at in node.power_downs:
@@ -270,6 +277,10 @@ class NodeClock:
             "idle_node_hours": idle / 3600,
             "node_hours_off": off / 3600,
             "energy_saved_kwh": off / 3600 * self.idle_watts / 1000,
+            "energy_saved_kwh_by_model": {
+                model: seconds / 3600 * self.idle_watts / 1000
+                for model, seconds in sorted(off_by_model.items())
+            },
             "power_cycles": self.power_cycles,
             "max_cycles_per_node_day": max(per_day.values(), default=0),
             "bookings_late": 0,

@@ -65,6 +65,7 @@ class ReplayResult:
     idle_node_hours: float = 0.0
     node_hours_off: float = 0.0
     energy_saved_kwh: float = 0.0
+    energy_saved_kwh_by_model: dict[str, float] = field(default_factory=dict)
     power_cycles: int = 0
     max_cycles_per_node_day: int = 0
     bookings_late: int = 0
