@@ -656,3 +656,26 @@ POWER_REDFISH_TIMEOUT_SECONDS = env.float("POWER_REDFISH_TIMEOUT_SECONDS", defau
 POWER_REDFISH_AUTH = env.str("POWER_REDFISH_AUTH", default="auto")
 # ForceOff where a BMC offers no GracefulShutdown (cuts power without the OS shutting down).
 POWER_REDFISH_FORCE_OFF = env.bool("POWER_REDFISH_FORCE_OFF", default=False)
+# A node whose GPUs have all been idle this long (no job, no booking, telemetry idle) may be
+# powered off.
+POWER_SAVE_IDLE_MINUTES = env.int("POWER_SAVE_IDLE_MINUTES", default=30)
+# Idle GPUs kept powered on per model: an int for every model, or "MODEL=N,MODEL=N" (a "*" entry
+# is the default for models not named).
+POWER_SAVE_WARM_GPUS = env.str("POWER_SAVE_WARM_GPUS", default="0")
+# How long a node takes to power on and take work (a node's labels["power_resume_seconds"]
+# overrides it), and the margin added before bookings (a node is woken resume + margin ahead).
+POWER_RESUME_SECONDS = env.int("POWER_RESUME_SECONDS", default=300)
+POWER_BOOKING_MARGIN_SECONDS = env.int("POWER_BOOKING_MARGIN_SECONDS", default=600)
+# A node still not on this long after it was asked to power on is `resume_failed`.
+POWER_RESUME_TIMEOUT_SECONDS = env.int("POWER_RESUME_TIMEOUT_SECONDS", default=900)
+# No thrashing: a node stays on / off at least this long, and powers off at most N times a day.
+POWER_MIN_ON_MINUTES = env.int("POWER_MIN_ON_MINUTES", default=10)
+POWER_MIN_OFF_MINUTES = env.int("POWER_MIN_OFF_MINUTES", default=5)
+POWER_MAX_CYCLES_PER_DAY = env.int("POWER_MAX_CYCLES_PER_DAY", default=4)
+# The command driver: site scripts run without a shell, "{node}" replaced by the host name.
+POWER_COMMAND_OFF = env.str("POWER_COMMAND_OFF", default="")
+POWER_COMMAND_ON = env.str("POWER_COMMAND_ON", default="")
+POWER_COMMAND_STATE = env.str("POWER_COMMAND_STATE", default="")
+POWER_COMMAND_TIMEOUT_SECONDS = env.int("POWER_COMMAND_TIMEOUT_SECONDS", default=60)
+# The simulated driver's power switches (read by the simulated agents): one file per node.
+POWER_SIMULATED_DIR = env.str("POWER_SIMULATED_DIR", default=str(BASE_DIR / "var" / "power"))

@@ -14,7 +14,17 @@ class NodeSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Node
-        fields = ["id", "hostname", "status", "labels", "last_seen", "gpu_count"]
+        fields = [
+            "id",
+            "hostname",
+            "status",
+            "labels",
+            "last_seen",
+            "gpu_count",
+            "power_state",
+            "power_state_since",
+            "power_state_by",
+        ]
 
 
 class GpuSerializer(serializers.ModelSerializer):
@@ -77,6 +87,10 @@ class _StateChangeActions:
     drain=extend_schema(summary="Drain a node: no new work; its bookings move to other GPUs"),
     undrain=extend_schema(summary="Put a drained node back in service"),
     retire=extend_schema(summary="Retire a node and its GPUs for good"),
+    power_off=extend_schema(
+        summary="Power a node off (refused, 409, while it runs jobs or has a booking soon)"
+    ),
+    power_on=extend_schema(summary="Power a node on"),
 )
 class NodeViewSet(_StateChangeActions, viewsets.ReadOnlyModelViewSet):
     """GPU nodes. Every signed-in user reads; platform admins drain, undrain and retire."""
@@ -87,6 +101,32 @@ class NodeViewSet(_StateChangeActions, viewsets.ReadOnlyModelViewSet):
 
     def get_queryset(self):
         return selectors.node_list()
+
+    def _power(self, request, operation: str):
+        node = self.get_object()
+        data = StateChangeInputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        services.node_power_request(
+            node=node,
+            operation=operation,
+            actor=request.user,
+            reason=data.validated_data["reason"] or "admin request",
+        )
+        return Response(self.get_serializer(self.get_queryset().get(pk=node.pk)).data)
+
+    @extend_schema(request=StateChangeInputSerializer)
+    @action(
+        detail=True, methods=["post"], url_path="power-off", permission_classes=[IsPlatformAdmin]
+    )
+    def power_off(self, request, pk=None):
+        return self._power(request, "power_off")
+
+    @extend_schema(request=StateChangeInputSerializer)
+    @action(
+        detail=True, methods=["post"], url_path="power-on", permission_classes=[IsPlatformAdmin]
+    )
+    def power_on(self, request, pk=None):
+        return self._power(request, "power_on")
 
     def change_state(self, obj, operation, actor, reason):
         return services.node_change_state(node=obj, operation=operation, actor=actor, reason=reason)

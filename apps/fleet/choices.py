@@ -22,3 +22,14 @@ class GpuHealth(models.TextChoices):
     HEALTHY = "healthy", "Healthy"
     DEGRADED = "degraded", "Degraded (ECC/XID errors)"
     LOST = "lost", "Lost"
+
+
+class PowerState(models.TextChoices):
+    """Whether the node's hardware is powered (owned by fleet, asked for by the power policy or a
+    platform admin, observed through the node's power driver)."""
+
+    ON = "on", "On"
+    SUSPENDING = "suspending", "Powering off"
+    OFF = "off", "Off"
+    RESUMING = "resuming", "Powering on"
+    RESUME_FAILED = "resume_failed", "Did not power on"

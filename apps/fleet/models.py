@@ -1,8 +1,11 @@
+from datetime import datetime
+
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
-from apps.fleet.choices import GpuHealth, GpuStatus, NodeStatus
+from apps.fleet.choices import GpuHealth, GpuStatus, NodeStatus, PowerState
+from apps.fleet.transitions import POWERED_DOWN_STATES, power_ready_at
 from portal.formatting import format_span
 
 
@@ -26,6 +29,15 @@ class Node(models.Model):
     labels = models.JSONField(default=dict, blank=True)
     last_seen = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    power_state = models.CharField(max_length=16, choices=PowerState.choices, default=PowerState.ON)
+    power_state_since = models.DateTimeField(
+        default=timezone.now, help_text="When the node entered its power state."
+    )
+    power_state_by = models.CharField(
+        max_length=150,
+        blank=True,
+        help_text='Who or what asked for the power state: a user name, "power policy", ...',
+    )
 
     class Meta:
         ordering = ["hostname"]
@@ -34,12 +46,53 @@ class Node(models.Model):
         return self.hostname
 
 
+class NodePowerEvent(models.Model):
+    """One change of a node's power state: the history metering reads powered-off time from
+    (`selectors.powered_off_intervals`)."""
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="power_events")
+    from_state = models.CharField(max_length=16, choices=PowerState.choices)
+    to_state = models.CharField(max_length=16, choices=PowerState.choices)
+    at = models.DateTimeField(default=timezone.now)
+    by = models.CharField(max_length=150, blank=True)
+    reason = models.CharField(max_length=500, blank=True)
+
+    class Meta:
+        ordering = ["at", "id"]
+        indexes = [models.Index(fields=["node", "at"], name="node_power_event_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.node.hostname}: {self.from_state} -> {self.to_state} at {self.at}"
+
+
+def nodes_ready_by(at: datetime, *, now: datetime | None = None) -> list[int]:
+    """Ids of powered-down nodes that, woken now, would be ready for work starting at `at`."""
+    now = now or timezone.now()
+    return [
+        node.pk
+        for node in Node.objects.filter(power_state__in=POWERED_DOWN_STATES).only(
+            "pk", "labels", "power_state", "power_state_since"
+        )
+        if (ready := power_ready_at(node, now)) is not None and ready <= at
+    ]
+
+
 class GpuQuerySet(models.QuerySet):
-    def schedulable(self) -> "GpuQuerySet":
-        """GPUs that may be offered to bookings and jobs: healthy, active, on a node that is up."""
+    def in_service(self) -> "GpuQuerySet":
+        """The fleet's capacity: healthy, active GPUs on a node that is up, whether powered on or
+        powered down to save energy (it can be woken). Capacity planning counts these."""
         return self.filter(
             status=GpuStatus.ACTIVE, health=GpuHealth.HEALTHY, node__status=NodeStatus.UP
         )
+
+    def schedulable(self, *, at: datetime | None = None) -> "GpuQuerySet":
+        """GPUs that may be offered to bookings and jobs: in service and powered on. With `at`
+        (when the work would start), also those of a powered-down node that could be woken and
+        ready by then (`transitions.power_ready_at`: its resume time plus the booking margin)."""
+        powered = Q(node__power_state=PowerState.ON)
+        if at is not None:
+            powered |= Q(node_id__in=nodes_ready_by(at))
+        return self.in_service().filter(powered)
 
 
 class Gpu(models.Model):

@@ -1,11 +1,18 @@
-from datetime import timedelta
+from datetime import datetime, timedelta
+from typing import NamedTuple
 
-from django.db.models import Count, Prefetch, Q, QuerySet
+from django.db.models import Count, OuterRef, Prefetch, Q, QuerySet, Subquery
 from django.utils import timezone
 
-from apps.fleet.choices import GpuHealth, GpuStatus, NodeStatus
-from apps.fleet.models import Gpu, GpuModel, MaintenanceWindow, Node
-from apps.fleet.transitions import gpu_operations, node_operations
+from apps.fleet.choices import GpuHealth, GpuStatus, NodeStatus, PowerState
+from apps.fleet.models import Gpu, GpuModel, MaintenanceWindow, Node, NodePowerEvent
+from apps.fleet.transitions import (
+    POWERED_DOWN_STATES,
+    gpu_operations,
+    node_operations,
+    node_power_operations,
+    power_ready_at,
+)
 from portal import queries
 
 
@@ -54,10 +61,13 @@ def fleet_overview() -> list[Node]:
         node.scheduler_note = notes.get(node.hostname, "")
         node.open_bookings = sum(gpu.open_bookings for gpu in node.physical_gpus)
         node.operations = node_operations(node)
+        node.power_operations = node_power_operations(node)
         for gpu in node.physical_gpus:
             gpu.operations = gpu_operations(gpu, node)
             # Active itself, but out of service with its node: shown as such.
-            gpu.out_with_node = gpu.status == GpuStatus.ACTIVE and node.status != NodeStatus.UP
+            gpu.out_with_node = gpu.status == GpuStatus.ACTIVE and (
+                node.status != NodeStatus.UP or node.power_state != PowerState.ON
+            )
     return nodes
 
 
@@ -70,6 +80,9 @@ def fleet_summary() -> dict:
         "gpus_by_status": {s.value: physical.filter(status=s).count() for s in GpuStatus},
         "gpus_by_health": {h.value: physical.filter(health=h).count() for h in GpuHealth},
         "gpus_schedulable": physical.schedulable().count(),
+        "gpus_powered_down": physical.in_service()
+        .filter(node__power_state__in=POWERED_DOWN_STATES)
+        .count(),
         "gpu_models": list(
             GpuModel.objects.annotate(
                 total=Count("gpus", filter=Q(gpus__mig_parent__isnull=True)),
@@ -80,8 +93,68 @@ def fleet_summary() -> dict:
                         gpus__status=GpuStatus.ACTIVE,
                         gpus__health=GpuHealth.HEALTHY,
                         gpus__node__status=NodeStatus.UP,
+                        gpus__node__power_state=PowerState.ON,
                     ),
                 ),
             ).values("name", "total", "schedulable")
         ),
     }
+
+
+class PoweredOffInterval(NamedTuple):
+    node_id: int
+    start: datetime
+    end: datetime
+
+
+def powered_off_intervals(start: datetime, end: datetime) -> list[PoweredOffInterval]:
+    """Per node, the intervals within [start, end) when its capacity was powered down (any of
+    `POWERED_DOWN_STATES`: suspending, off, resuming, resume_failed), clipped to the window,
+    from the power history. Adjacent powered-down states form one interval. Ordered by node,
+    then start."""
+    last_before = NodePowerEvent.objects.filter(node=OuterRef("pk"), at__lt=start).order_by(
+        "-at", "-id"
+    )
+    before = dict(
+        Node.objects.annotate(state=Subquery(last_before.values("to_state")[:1]))
+        .exclude(state=None)
+        .values_list("pk", "state")
+    )
+    changes: dict[int, list[NodePowerEvent]] = {}
+    for event in NodePowerEvent.objects.filter(at__gte=start, at__lt=end).order_by("at", "id"):
+        changes.setdefault(event.node_id, []).append(event)
+    intervals = []
+    for node_id in sorted(set(before) | set(changes)):
+        events = changes.get(node_id, [])
+        # The state at `start`: the last change before it, else what the first change left.
+        state = before.get(node_id) or (events[0].from_state if events else PowerState.ON)
+        off_since = start if state in POWERED_DOWN_STATES else None
+        for event in events:
+            down = event.to_state in POWERED_DOWN_STATES
+            if down and off_since is None:
+                off_since = event.at
+            elif not down and off_since is not None:
+                if event.at > off_since:
+                    intervals.append(PoweredOffInterval(node_id, off_since, event.at))
+                off_since = None
+        if off_since is not None and end > off_since:
+            intervals.append(PoweredOffInterval(node_id, off_since, end))
+    return intervals
+
+
+def node_power_ready_times(*, now: datetime | None = None) -> dict[str, datetime]:
+    """Host name -> when each powered-down node could take work if woken now (resume time plus
+    margin); nodes that failed to power on are left out (they take no work until an admin
+    looks)."""
+    now = now or timezone.now()
+    nodes = Node.objects.filter(power_state__in=POWERED_DOWN_STATES).only(
+        "hostname", "labels", "power_state", "power_state_since"
+    )
+    return {
+        node.hostname: ready for node in nodes if (ready := power_ready_at(node, now)) is not None
+    }
+
+
+def power_history(node: Node, limit: int = 20) -> list[NodePowerEvent]:
+    """The node's latest power changes, newest first."""
+    return list(node.power_events.order_by("-at", "-id")[:limit])

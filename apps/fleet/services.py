@@ -13,12 +13,15 @@ from django.db import transaction
 from django.utils import timezone
 
 from apps.audit.services import audit_record
-from apps.fleet.choices import GpuStatus, NodeStatus
-from apps.fleet.models import Gpu, GpuModel, MaintenanceWindow, Node
+from apps.fleet.choices import GpuStatus, NodeStatus, PowerState
+from apps.fleet.models import Gpu, GpuModel, MaintenanceWindow, Node, NodePowerEvent
 from apps.fleet.transitions import (
     GPU_TRANSITIONS,
     NODE_STATES_GOVERNING_GPUS,
     NODE_TRANSITIONS,
+    POWER_REQUESTS,
+    POWER_TRANSITIONS,
+    power_lead,
     undrained_status,
 )
 from portal import hooks, queries
@@ -220,6 +223,115 @@ def gpu_set_health(*, gpu: Gpu, health: str, reason: str) -> bool:
     if gpu.health == health:
         return False
     _change(gpu, "health", health, action=f"gpu.health_{health}", actor=None, reason=reason)
+    return True
+
+
+# --- power ----------------------------------------------------------------------------------
+# The power policy (actor None) and platform admins ask for power off/on here; the node's
+# driver is asked by the power app, which subscribes to `node.power_requested` and reports what
+# the hardware did through `node_power_observed`.
+
+POLICY = "power policy"
+
+
+def _power_transition(node: Node, operation: str, *, actor, by: str, reason: str) -> None:
+    allowed_from, target = POWER_TRANSITIONS[operation]
+    if node.power_state not in allowed_from:
+        raise ConflictError(
+            f"Cannot {operation.replace('_', ' ')} {node}: its power is "
+            f"{node.get_power_state_display().lower()}.",
+            code="invalid_power_state",
+            detail={"power_state": node.power_state, "operation": operation},
+        )
+    now = timezone.now()
+    NodePowerEvent.objects.create(
+        node=node, from_state=node.power_state, to_state=target, at=now, by=by, reason=reason
+    )
+    _change(
+        node,
+        "power_state",
+        target,
+        action=f"node.{operation}",
+        actor=actor,
+        reason=reason,
+        extra={"power_state_since": now, "power_state_by": by},
+    )
+
+
+def _power_off_conflicts(node: Node, now: datetime) -> list[str]:
+    """What powering the node off now would hurt: a booking on its GPUs before it could be
+    back (resume time plus margin), or a running job."""
+    until = now + power_lead(node)
+    gpu_ids = list(node.gpus.values_list("id", flat=True))
+    booked = (
+        node.gpus.filter(holdings__active=True, holdings__start__lt=until, holdings__end__gt=now)
+        .values_list("holdings__reservation_id", flat=True)
+        .distinct()
+    )
+    conflicts = [f"booking #{pk}" for pk in sorted(booked)]
+    busy = [
+        interval
+        for answer in queries.ask(
+            "gpus.busy_intervals", start=now, end=until, gpu_ids=gpu_ids, gpu_model=None, team=None
+        )
+        for interval in answer
+    ]
+    if busy:
+        conflicts.append(f"{len({gpu for gpu, _, _ in busy})} GPU(s) running jobs")
+    return conflicts
+
+
+@transaction.atomic
+def node_power_request(
+    *, node: Node, operation: str, actor, reason: str = "", by: str = ""
+) -> Node:
+    """Ask for a node to power off or on. A platform admin (`actor`) may ask at any time the
+    power state allows, but not to power off a node with running jobs or a booking before it
+    could be back (drain it first); the power policy asks with `actor=None` and `by` naming
+    itself, having checked its own stricter rules. The node enters `suspending`/`resuming`
+    and the power app asks the node's driver (`node.power_requested`), after commit."""
+    if operation not in POWER_REQUESTS:
+        raise ValidationError({"operation": f"Unknown power operation {operation!r}."})
+    if actor is not None:
+        if not is_platform_admin(actor):
+            raise PolicyRefusal("Only platform admins may power nodes off or on.", code="not_admin")
+        by = actor.get_username()
+    node = Node.objects.select_for_update().get(pk=node.pk)
+    if node.status == NodeStatus.RETIRED:
+        raise ConflictError(
+            f"Cannot {operation.replace('_', ' ')} {node}: it is retired.",
+            code="invalid_state",
+            detail={"status": node.status, "operation": operation},
+        )
+    if operation == "power_off" and node.power_state == PowerState.ON:
+        conflicts = _power_off_conflicts(node, timezone.now())
+        if conflicts:
+            raise ConflictError(
+                f"Cannot power off {node}: {', '.join(conflicts)} would be hurt. Drain it first.",
+                code="node_busy",
+                detail={"conflicts": conflicts},
+            )
+    _power_transition(node, operation, actor=actor, by=by or POLICY, reason=reason)
+    hooks.emit("node.power_requested", node=node, operation=operation)
+    return node
+
+
+@transaction.atomic
+def node_power_observed(
+    *, node: Node, operation: str, reason: str, by: str = "power driver"
+) -> bool:
+    """Record what the node's power driver reported (`suspended`, `suspend_failed`, `resumed`)
+    or the policy concluded (`resume_failed`: not on within its resume timeout). A node that
+    failed to resume loses its bookings to other GPUs (the relocation path of a drain) and its
+    work goes elsewhere (`node.lost`, as for a node that stopped reporting). Returns False if
+    the node's power state has moved on meanwhile (nothing to record)."""
+    node = Node.objects.select_for_update().get(pk=node.pk)
+    if operation in POWER_REQUESTS or node.power_state not in POWER_TRANSITIONS[operation][0]:
+        return False
+    _power_transition(node, operation, actor=None, by=by, reason=reason)
+    if operation == "resume_failed":
+        _relocate_bookings(list(node.gpus.values_list("id", flat=True)), None)
+        hooks.emit("node.lost", node=node, now=timezone.now())
     return True
 
 

@@ -2,6 +2,7 @@ from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
+from django.http import Http404
 from django.shortcuts import get_object_or_404, redirect, render
 from django.template.defaultfilters import pluralize
 from django.views.decorators.http import require_POST
@@ -11,6 +12,7 @@ from apps.fleet import selectors, services
 from apps.fleet.filters import FleetPageFilter
 from apps.fleet.models import Gpu, MaintenanceWindow, Node
 from apps.fleet.tables import GpuTable
+from apps.fleet.transitions import POWER_REQUESTS
 from portal.exceptions import ApplicationError
 from portal.roles import is_platform_admin
 from portal.timezones import ZonedDateTimeField
@@ -120,6 +122,29 @@ def node_change_state_view(request, pk: int, operation: str):
 def gpu_change_state_view(request, pk: int, operation: str):
     gpu = get_object_or_404(Gpu.objects.select_related("node"), pk=pk)
     return _change_state(request, services.gpu_change_state, "gpu", gpu, operation)
+
+
+@login_required
+@require_POST
+def node_power_view(request, pk: int, operation: str):
+    """A platform admin powers a node off or on (the page asks to confirm first)."""
+    if not is_platform_admin(request.user):
+        raise PermissionDenied("Only platform admins may power nodes off or on.")
+    if operation not in POWER_REQUESTS:
+        raise Http404("Unknown power operation.")
+    node = get_object_or_404(Node, pk=pk)
+    try:
+        services.node_power_request(
+            node=node,
+            operation=operation,
+            actor=request.user,
+            reason=request.POST.get("reason", "").strip() or "admin request",
+        )
+    except ApplicationError as error:
+        messages.error(request, error.message)
+    else:
+        messages.success(request, f"{node}: {operation.replace('_', ' ')} requested.")
+    return redirect("fleet:fleet")
 
 
 class MaintenanceForm(forms.Form):

@@ -78,7 +78,7 @@ def job_history(*, since: datetime, until: datetime) -> list[TraceJob]:
 
 
 def fleet_now() -> list[GpuInfo]:
-    gpus = Gpu.objects.schedulable().filter(mig_parent__isnull=True).select_related("node", "model")
+    gpus = Gpu.objects.in_service().filter(mig_parent__isnull=True).select_related("node", "model")
     return [gpu_info(g) for g in gpus]
 
 

@@ -10,7 +10,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from apps.audit.services import audit_record
-from apps.fleet.choices import GpuStatus, NodeStatus
+from apps.fleet.choices import GpuStatus, NodeStatus, PowerState
 from apps.fleet.models import Gpu
 from apps.reservations import availability, selectors
 from apps.reservations.models import Reservation, ReservationGpu
@@ -100,6 +100,8 @@ def why_gpu_left(gpu: Gpu, *, maintenance: bool = False) -> str:
     node = gpu.node
     if maintenance:
         return f"node {node.hostname} has a maintenance window"
+    if node.power_state == PowerState.RESUME_FAILED:
+        return f"node {node.hostname} did not power back on"
     if node.status in (NodeStatus.DRAINED, NodeStatus.RETIRED):
         return f"node {node.hostname} was {node.get_status_display().lower()}"
     if gpu.status in (GpuStatus.DRAINED, GpuStatus.RETIRED):

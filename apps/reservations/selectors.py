@@ -8,7 +8,9 @@ from django.db import connection
 from django.db.models import BigIntegerField, Exists, Func, OuterRef, Q, QuerySet
 from django.utils import timezone
 
+from apps.fleet.choices import PowerState
 from apps.fleet.models import Gpu, GpuModel, MaintenanceWindow
+from apps.fleet.selectors import node_power_ready_times
 from apps.reservations import availability
 from apps.reservations.availability import GpuInfo, Interval
 from apps.reservations.choices import OPEN_STATUSES
@@ -56,10 +58,17 @@ def _fetch_rows(queryset) -> list[tuple]:
 
 
 def schedulable_gpus(
-    *, gpu_model: GpuModel, free_from: datetime | None = None, free_until: datetime | None = None
+    *,
+    gpu_model: GpuModel,
+    free_from: datetime | None = None,
+    free_until: datetime | None = None,
+    ready_by: datetime | None = None,
 ) -> list[GpuInfo]:
-    """Schedulable whole GPUs of a model; only those free over [free_from, free_until) if given."""
-    gpus = Gpu.objects.schedulable().filter(model=gpu_model, mig_parent__isnull=True)
+    """Schedulable whole GPUs of a model; only those free over [free_from, free_until) if given.
+    GPUs of a powered-down node count when it could be woken and ready by `free_from` (or by
+    `ready_by`: the caller then keeps them from being offered before `powered_down_busy` ends)."""
+    at = ready_by or free_from
+    gpus = Gpu.objects.schedulable(at=at).filter(model=gpu_model, mig_parent__isnull=True)
     if free_from is not None and free_until is not None:
         gpus = gpus.exclude(
             Exists(
@@ -86,6 +95,18 @@ def schedulable_gpus(
         GpuInfo(node=host, index=index, id=pk, nvlink_domain=domain or "", uuid=uuid)
         for pk, host, index, domain, uuid in rows
     ]
+
+
+def powered_down_busy(gpus: list[GpuInfo], now: datetime | None = None) -> dict[int, list]:
+    """GPUs of powered-down nodes are busy from now until their node could be woken and ready
+    (its resume time plus the booking margin): a booking may start on them after that."""
+    now = now or timezone.now()
+    ready = node_power_ready_times(now=now)
+    return {
+        gpu.id: [(availability.to_epoch(now), availability.to_epoch_ceil(ready[gpu.node]))]
+        for gpu in gpus
+        if gpu.node in ready
+    }
 
 
 class EpochSeconds(Func):
@@ -191,11 +212,11 @@ def availability_search(
     that runs to the end of the look-ahead: later windows cannot start before that one ends.
     Such a last window's `latest_start` is then "at least until", which is all callers need.
     """
-    gpus = schedulable_gpus(gpu_model=gpu_model)
+    gpus = schedulable_gpus(gpu_model=gpu_model, ready_by=horizon)
     step, first = availability.seconds(slot), availability.to_epoch_ceil(after)
     last = availability.floor_to_grid(availability.to_epoch(horizon), step)
     lookahead = max(INITIAL_LOOKAHEAD, 4 * duration)
-    busy: dict[int, list[Interval]] = defaultdict(list)
+    busy: dict[int, list[Interval]] = defaultdict(list, powered_down_busy(gpus))
     loaded_until = None
     while True:
         until = min(last, availability.floor_to_grid(first + availability.seconds(lookahead), step))
@@ -307,8 +328,10 @@ def free_capacity(
 ) -> list[tuple[datetime, int]]:
     """GPUs of the model free for the whole of each bucket; for a `team`, no more than the
     team may book there under its quota (the quota rule over its bookings and running jobs)."""
-    gpus = schedulable_gpus(gpu_model=gpu_model)
+    gpus = schedulable_gpus(gpu_model=gpu_model, ready_by=end)
     busy = busy_intervals(gpu_model=gpu_model, start=start, end=end)
+    for gpu_id, spans in powered_down_busy(gpus).items():
+        busy.setdefault(gpu_id, []).extend(spans)
     points = [
         (availability.from_epoch(t), free)
         for t, free in availability.free_capacity_timeline(
@@ -485,8 +508,11 @@ def holding_changes(*, reservation: Reservation, now: datetime | None = None) ->
     ]
     # A stranded holding is news only while its GPU is still out of service for it: back in
     # service (undrained, the maintenance window cancelled), the booking has it again.
+    # A powered-down node still serves its bookings (it is woken for them), unless it failed
+    # to power on.
     in_service = set(
-        Gpu.objects.schedulable()
+        Gpu.objects.in_service()
+        .exclude(node__power_state=PowerState.RESUME_FAILED)
         .filter(pk__in=[r.gpu_id for r in rows if r.stranded])
         .values_list("pk", flat=True)
     )

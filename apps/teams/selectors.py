@@ -95,7 +95,7 @@ def guarantee_pressure() -> list[dict]:
     result = []
     for model in GpuModel.objects.order_by("name"):
         guaranteed = sum(Quota.objects.filter(gpu_model=model).values_list("guaranteed", flat=True))
-        capacity = Gpu.objects.schedulable().filter(model=model, mig_parent__isnull=True).count()
+        capacity = Gpu.objects.in_service().filter(model=model, mig_parent__isnull=True).count()
         result.append(
             {
                 "gpu_model": model,

@@ -14,7 +14,7 @@ from django.db.models import Case, F, Sum, Value, When
 from django.db.models.functions import Greatest
 from django.utils import timezone
 
-from apps.fleet.choices import NodeStatus
+from apps.fleet.choices import NodeStatus, PowerState
 from apps.fleet.models import Node
 from apps.fleet.services import node_set_reachable
 from apps.fleet.transitions import node_silence
@@ -105,8 +105,13 @@ def nodes_mark_unreachable(*, now: datetime | None = None) -> list[str]:
         return []
     marked = []
     with transaction.atomic():
-        stale = Node.objects.select_for_update(skip_locked=True).filter(
-            status=NodeStatus.UP, last_seen__lt=now - node_silence()
+        # A powered-down node is silent by design; one just powered on gets a silence window
+        # of its own to start its agent.
+        cutoff = now - node_silence()
+        stale = (
+            Node.objects.select_for_update(skip_locked=True)
+            .filter(status=NodeStatus.UP, power_state=PowerState.ON, last_seen__lt=cutoff)
+            .exclude(power_events__to_state=PowerState.ON, power_events__at__gte=cutoff)
         )
         for node in stale:
             reason = f"no telemetry sent since {format_when(node.last_seen)}"
