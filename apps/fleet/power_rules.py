@@ -87,14 +87,22 @@ class Demand:
 
 def limits_from(settings) -> dict:
     """The anti-thrashing limits the live policy reads from settings
-    (``POWER_MAX_CYCLES_PER_DAY``, ``POWER_MIN_ON_SECONDS``, ``POWER_MIN_OFF_SECONDS``; this
+    (``POWER_MAX_CYCLES_PER_DAY``, ``POWER_MIN_ON_MINUTES``, ``POWER_MIN_OFF_MINUTES``; this
     module's defaults where a deployment sets none), as ``PowerSaving`` keyword arguments."""
+    minutes = {
+        name: getattr(settings, f"POWER_{name.upper()}_MINUTES", None)
+        for name in ("min_on", "min_off")
+    }
     return {
         "max_cycles_per_day": getattr(
             settings, "POWER_MAX_CYCLES_PER_DAY", DEFAULT_MAX_CYCLES_PER_DAY
         ),
-        "min_on_seconds": getattr(settings, "POWER_MIN_ON_SECONDS", DEFAULT_MIN_ON_SECONDS),
-        "min_off_seconds": getattr(settings, "POWER_MIN_OFF_SECONDS", DEFAULT_MIN_OFF_SECONDS),
+        "min_on_seconds": DEFAULT_MIN_ON_SECONDS
+        if minutes["min_on"] is None
+        else minutes["min_on"] * 60.0,
+        "min_off_seconds": DEFAULT_MIN_OFF_SECONDS
+        if minutes["min_off"] is None
+        else minutes["min_off"] * 60.0,
     }
 
 

@@ -17,7 +17,7 @@ one error and a non-zero exit.
 live policy follows): a node fully idle that long powers down unless that leaves fewer than
 `--warm-gpus` idle powered-on GPUs of its model; queued work wakes powered-off nodes, which take
 work `--resume-seconds` later; at most `POWER_MAX_CYCLES_PER_DAY` power-downs per node a day and
-the minimum on/off times `POWER_MIN_ON_SECONDS` / `POWER_MIN_OFF_SECONDS`, as live. The policy's
+the minimum on/off times `POWER_MIN_ON_MINUTES` / `POWER_MIN_OFF_MINUTES`, as live. The policy's
 results are then those with power saving, beside the same policy always on (`always-on`) and
 FIFO; each result gains idle node-hours, node-hours off, energy saved (at `--idle-watts` per
 idle node), power cycles and bookings started late (none: the replay has no bookings).
