@@ -25,7 +25,9 @@ class UserAdmin(AuditedModelAdmin, BaseUserAdmin):
 
 @admin.register(Team)
 class TeamAdmin(AuditedModelAdmin):
-    list_display = ("slug", "name", "cost_center", "is_active")
-    list_filter = ("is_active",)
+    list_display = ("slug", "name", "unit", "cost_center", "is_active")
+    list_filter = ("is_active", "unit")
     search_fields = ("slug", "name", "cost_center")
+    # Moving a team between units checks the units' guarantees: teams.services.team_move.
+    readonly_fields = ("unit",)
     inlines = [MembershipInline]

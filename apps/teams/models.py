@@ -70,8 +70,65 @@ slug_validator = RegexValidator(
 )
 
 
+ROOT_UNIT_SLUG = "organisation"
+
+
+class OrgUnit(models.Model):
+    """A node of the organisation tree above teams (organisation > department > group ...),
+    of any depth; teams are its leaves. A unit may cap and guarantee GPUs for all the teams
+    below it (`UnitQuota`) and carries a cost centre for chargeback."""
+
+    slug = models.SlugField(max_length=50, unique=True, validators=[slug_validator])
+    name = models.CharField(max_length=200)
+    parent = models.ForeignKey(
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="children",
+        help_text="Empty: the root of the organisation.",
+    )
+    cost_center = models.CharField(
+        max_length=64, blank=True, help_text="Finance cost-center code of the unit."
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["slug"]
+        verbose_name = "organisation unit"
+        constraints = [
+            models.CheckConstraint(
+                condition=~models.Q(parent=models.F("id")),
+                name="orgunit_not_its_own_parent",
+                violation_error_message="A unit cannot be its own parent.",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return self.slug
+
+
+def root_unit_pk() -> int:
+    """The unit a team joins unless told otherwise: the organisation's root, made on first
+    use (a fresh install has one unit, and a flat list of teams behaves as before)."""
+    unit = OrgUnit.objects.filter(parent__isnull=True).order_by("pk").first()
+    if unit is None:
+        unit, _ = OrgUnit.objects.get_or_create(
+            slug=ROOT_UNIT_SLUG, defaults={"name": "Organisation"}
+        )
+    return unit.pk
+
+
 class Team(models.Model):
     slug = models.SlugField(max_length=50, unique=True, validators=[slug_validator])
+    unit = models.ForeignKey(
+        OrgUnit,
+        on_delete=models.PROTECT,
+        related_name="teams",
+        default=root_unit_pk,
+        verbose_name="organisation unit",
+        help_text="Where the team sits in the organisation tree.",
+    )
     name = models.CharField(max_length=200)
     cost_center = models.CharField(
         max_length=64, blank=True, help_text="Finance cost-center code charged for this team."
@@ -169,6 +226,52 @@ class Quota(models.Model):
 
     def __str__(self) -> str:
         return f"{self.team.slug}/{self.gpu_model or 'any model'}"
+
+
+class UnitQuota(models.Model):
+    """GPUs an organisation unit guarantees and caps for all the teams below it together, per
+    GPU model (or all models when blank). The guarantees of what sits directly below (teams and
+    child units) may not add up to more than the unit's guarantee; the limit caps their
+    holdings together. A unit with no row for a model sets no envelope for it."""
+
+    unit = models.ForeignKey(OrgUnit, on_delete=models.CASCADE, related_name="quotas")
+    gpu_model = models.ForeignKey(
+        "fleet.GpuModel",
+        verbose_name="GPU model",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="unit_quotas",
+        help_text="Blank: the quota caps the unit's GPUs of all models together.",
+    )
+    guaranteed = models.PositiveIntegerField(default=0)
+    limit = models.PositiveIntegerField(default=0, help_text="Burst ceiling, at least guaranteed.")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["unit__slug", "gpu_model__name"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["unit", "gpu_model"],
+                condition=models.Q(gpu_model__isnull=False),
+                name="unitquota_unique_unit_model",
+                violation_error_message="The unit already has a quota for this GPU model.",
+            ),
+            models.UniqueConstraint(
+                fields=["unit"],
+                condition=models.Q(gpu_model__isnull=True),
+                name="unitquota_unique_unit_any_model",
+                violation_error_message="The unit already has an any-model quota.",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(limit__gte=models.F("guaranteed")),
+                name="unitquota_limit_gte_guaranteed",
+                violation_error_message="The limit must be at least the guaranteed number of GPUs.",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.unit.slug}/{self.gpu_model or 'any model'}"
 
 
 class ApiToken(models.Model):

@@ -5,7 +5,8 @@ from django.utils import timezone
 
 from apps.fleet.models import Gpu, GpuModel
 from apps.teams.choices import GlobalRole, TeamRole
-from apps.teams.models import Membership, Quota, Team, User
+from apps.teams.models import Membership, OrgUnit, Quota, Team, User
+from apps.teams.org_tree import OrgTree
 from apps.teams.quota_rule import QuotaRow, QuotaRule
 from portal import queries
 
@@ -137,3 +138,23 @@ def member_costs(*, team: Team, viewer, month_text: str | None = None) -> dict |
         return {**table, "sees_all": True}
     own = [row for row in table["rows"] if row["user_id"] == viewer.pk]
     return {**table, "rows": own, "sees_all": False}
+
+
+def org_tree() -> OrgTree:
+    """The organisation tree by unit and team ids (a few hundred rows at most)."""
+    return OrgTree(
+        dict(OrgUnit.objects.values_list("pk", "parent_id")),
+        dict(Team.objects.values_list("pk", "unit_id")),
+    )
+
+
+def unit_path(unit: OrgUnit, *, tree: OrgTree | None = None) -> list[OrgUnit]:
+    """The units from the root down to `unit`."""
+    ids = (tree or org_tree()).path(unit.pk)
+    units = OrgUnit.objects.in_bulk(ids)
+    return [units[pk] for pk in ids]
+
+
+def unit_path_label(unit: OrgUnit, *, tree: OrgTree | None = None) -> str:
+    """How pages, statements and exports name a unit: its path, "Organisation / Research"."""
+    return " / ".join(u.name for u in unit_path(unit, tree=tree))

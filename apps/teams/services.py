@@ -12,8 +12,9 @@ from django.utils import timezone
 from apps.audit.services import audit_record
 from apps.outbox.services import outbox_send_mail
 from apps.teams.choices import TeamRole
-from apps.teams.models import Membership, Quota, Team, User
+from apps.teams.models import Membership, OrgUnit, Quota, Team, UnitQuota, User
 from apps.teams.permissions import can_manage_team, is_platform_admin
+from apps.teams.selectors import org_tree
 from portal import hooks
 from portal.exceptions import ConflictError, PolicyRefusal
 from portal.timezones import in_zone, zone_or_none
@@ -156,6 +157,8 @@ def quota_set(*, team: Team, gpu_model, guaranteed: int, limit: int, actor) -> Q
         quota = Quota(team=team, gpu_model=gpu_model)
     quota.guaranteed, quota.limit = guaranteed, limit
     quota.full_clean()
+    home = OrgUnit.objects.get(teams=team)  # as stored: `team` may predate a move
+    unit_envelope_check(unit=home, gpu_model=gpu_model, extra={team: guaranteed})
     quota.save()
     audit_record(
         actor=actor,
@@ -187,13 +190,17 @@ RESERVED_TEAM_SLUGS = frozenset({"new", "token", "platform-admins"})
 
 
 @transaction.atomic
-def team_create(*, slug: str, name: str, cost_center: str = "", quotas=(), actor) -> Team:
+def team_create(
+    *, slug: str, name: str, cost_center: str = "", quotas=(), unit: OrgUnit | None = None, actor
+) -> Team:
     """A platform admin creates a team, with optional quota rows ``(gpu_model or None,
     guaranteed, limit)``. Audited (the team, then each quota through ``quota_set``); one
     transaction, so a refused quota leaves no team behind. A taken slug is a conflict."""
     if not is_platform_admin(actor):
         raise PolicyRefusal("Only platform admins may create teams.", code="not_admin")
     team = Team(slug=slug.strip(), name=name.strip(), cost_center=cost_center.strip())
+    if unit is not None:
+        team.unit = unit
     team.full_clean(validate_unique=False)
     if team.slug in RESERVED_TEAM_SLUGS:
         raise ValidationError({"slug": f"“{team.slug}” names a portal page; choose another slug."})
@@ -208,7 +215,12 @@ def team_create(*, slug: str, name: str, cost_center: str = "", quotas=(), actor
         actor=actor,
         action="team.create",
         target=team,
-        after={"slug": team.slug, "name": team.name, "cost_center": team.cost_center},
+        after={
+            "slug": team.slug,
+            "name": team.name,
+            "cost_center": team.cost_center,
+            "unit": team.unit.slug,
+        },
     )
     for gpu_model, guaranteed, limit in quotas:
         quota_set(team=team, gpu_model=gpu_model, guaranteed=guaranteed, limit=limit, actor=actor)
@@ -258,3 +270,141 @@ def mail_in_their_zones(
             title = subject() if callable(subject) else subject
         outbox_send_mail(subject=title, body=text, recipients=sorted(emails))
     return len(by_zone)
+
+
+# --- Organisation units -------------------------------------------------------------------
+
+
+def _unit_snapshot(unit: OrgUnit) -> dict:
+    return {
+        "slug": unit.slug,
+        "name": unit.name,
+        "parent": unit.parent.slug if unit.parent_id else None,
+        "cost_center": unit.cost_center,
+    }
+
+
+def _require_org_admin(actor) -> None:
+    if not is_platform_admin(actor):
+        raise PolicyRefusal(
+            "Only platform admins may change the organisation tree.", code="not_admin"
+        )
+
+
+def unit_envelope_check(*, unit: OrgUnit, gpu_model, extra: dict | None = None) -> None:
+    """The nesting rule of guarantees: what sits directly below `unit` (its teams and child
+    units) may not be guaranteed more GPUs of `gpu_model` (None: the any-model rows) than the
+    unit guarantees, where the unit has a row for it (no row: no envelope). `extra` replaces
+    the guarantee of one child, ``{team_or_unit: guaranteed}``, to check a change before it is
+    saved. Raises ValidationError naming the numbers."""
+    envelope = UnitQuota.objects.filter(unit=unit, gpu_model=gpu_model).first()
+    if envelope is None:
+        return
+    extra = extra or {}
+    team_rows = Quota.objects.filter(team__unit=unit, gpu_model=gpu_model)
+    unit_rows = UnitQuota.objects.filter(unit__parent=unit, gpu_model=gpu_model)
+    guaranteed = {("team", r.team_id): r.guaranteed for r in team_rows}
+    guaranteed |= {("unit", r.unit_id): r.guaranteed for r in unit_rows}
+    for child, value in extra.items():
+        guaranteed[("team" if isinstance(child, Team) else "unit", child.pk)] = value
+    total = sum(guaranteed.values())
+    if total > envelope.guaranteed:
+        scope = gpu_model.name if gpu_model is not None else "all GPU models"
+        raise ValidationError(
+            {
+                "guaranteed": f"The teams and units in {unit.name} would be guaranteed {total} "
+                f"GPUs of {scope}, more than the {envelope.guaranteed} the unit guarantees. "
+                "Lower another guarantee in the unit first, or raise the unit's."
+            }
+        )
+
+
+@transaction.atomic
+def unit_create(*, slug: str, name: str, parent: OrgUnit, cost_center: str = "", actor) -> OrgUnit:
+    """A platform admin adds a unit below `parent` (a second root is refused: the tree has
+    one). Audited. A taken slug is a conflict."""
+    _require_org_admin(actor)
+    if parent is None:
+        raise ValidationError({"parent": "Choose the unit the new one sits in."})
+    unit = OrgUnit(slug=slug.strip(), name=name.strip(), parent=parent, cost_center=cost_center)
+    unit.full_clean(validate_unique=False)
+    if OrgUnit.objects.filter(slug=unit.slug).exists():
+        raise ConflictError(f"A unit with the slug “{unit.slug}” already exists.")
+    unit.save()
+    audit_record(actor=actor, action="unit.create", target=unit, after=_unit_snapshot(unit))
+    return unit
+
+
+@transaction.atomic
+def unit_move(*, unit: OrgUnit, parent: OrgUnit, actor) -> OrgUnit:
+    """Move a unit (with everything below it) under another. Refused when the new parent is
+    the unit itself or below it, when the unit is the root, or when the move would give the
+    new parent more guarantees below it than it guarantees. Audited."""
+    _require_org_admin(actor)
+    unit = OrgUnit.objects.select_for_update().get(pk=unit.pk)
+    if unit.parent_id is None:
+        raise ValidationError({"parent": "The organisation's root unit cannot be moved."})
+    if parent is None or org_tree().would_cycle(unit.pk, parent.pk):
+        raise ValidationError({"parent": f"{unit.name} cannot move below itself."})
+    before = _unit_snapshot(unit)
+    for row in UnitQuota.objects.filter(unit=unit):
+        unit_envelope_check(unit=parent, gpu_model=row.gpu_model, extra={unit: row.guaranteed})
+    unit.parent = parent
+    unit.save(update_fields=["parent"])
+    audit_record(
+        actor=actor, action="unit.move", target=unit, before=before, after=_unit_snapshot(unit)
+    )
+    return unit
+
+
+@transaction.atomic
+def team_move(*, team: Team, unit: OrgUnit, actor) -> Team:
+    """Move a team into another unit, refused when its guarantees do not fit the new unit's
+    envelope. Audited."""
+    _require_org_admin(actor)
+    team = Team.objects.select_for_update().get(pk=team.pk)
+    before = {"unit": team.unit.slug}
+    for row in Quota.objects.filter(team=team):
+        unit_envelope_check(unit=unit, gpu_model=row.gpu_model, extra={team: row.guaranteed})
+    team.unit = unit
+    team.save(update_fields=["unit"])
+    audit_record(
+        actor=actor, action="team.move", target=team, before=before, after={"unit": unit.slug}
+    )
+    return team
+
+
+def _unit_quota_snapshot(row: UnitQuota) -> dict:
+    return {
+        "gpu_model": row.gpu_model.name if row.gpu_model else None,
+        "guaranteed": row.guaranteed,
+        "limit": row.limit,
+    }
+
+
+@transaction.atomic
+def unit_quota_set(*, unit: OrgUnit, gpu_model, guaranteed: int, limit: int, actor) -> UnitQuota:
+    """Create or change a unit's guarantee and limit for a GPU model (None: all models).
+    Refused when it would guarantee less than what sits directly below it is guaranteed, or
+    more than its parent's envelope leaves. Audited."""
+    _require_org_admin(actor)
+    quota_numbers_check(guaranteed=guaranteed, limit=limit)
+    OrgUnit.objects.select_for_update().filter(pk=unit.pk).first()  # one envelope change at once
+    row = UnitQuota.objects.filter(unit=unit, gpu_model=gpu_model).first()
+    before = _unit_quota_snapshot(row) if row else None
+    if row is None:
+        row = UnitQuota(unit=unit, gpu_model=gpu_model)
+    row.guaranteed, row.limit = guaranteed, limit
+    row.full_clean()
+    if unit.parent_id is not None:
+        unit_envelope_check(unit=unit.parent, gpu_model=gpu_model, extra={unit: guaranteed})
+    row.save()
+    unit_envelope_check(unit=unit, gpu_model=gpu_model)
+    audit_record(
+        actor=actor,
+        action="unit_quota.change" if before else "unit_quota.create",
+        target=row,
+        before=before,
+        after=_unit_quota_snapshot(row),
+    )
+    return row
