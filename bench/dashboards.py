@@ -13,10 +13,11 @@ team from the idle intervals; for the advice, each booking GPU's rollups inside 
 one GROUP BY), without figures or JSON.
 Targets: each endpoint < 300 ms (median of 5) and < 1 MB.
 
-Run: .venv/bin/python bench/dashboards.py
+Run: .venv/bin/python bench/dashboards.py [--gpus 1000]   (bench/scale.py runs it at 10,000)
 Uses its own PostgreSQL database (portal_bench_dashboards, dropped and rebuilt).
 """
 
+import argparse
 import io
 import os
 import random
@@ -111,12 +112,13 @@ def seed(now):
         for gpu_id in ids:
             holdings.write(
                 f"{booking.pk}\t{gpu_id}\t{booking.start.isoformat()}\t"
-                f"{booking.end.isoformat()}\tt\n"
+                f"{booking.end.isoformat()}\tt\t\tf\tf\n"
             )
     with connection.cursor() as cursor:
         raw = cursor.connection
         with raw.cursor().copy(
-            'COPY reservations_reservationgpu (reservation_id, gpu_id, start, "end", active) '
+            "COPY reservations_reservationgpu "
+            '(reservation_id, gpu_id, start, "end", active, change_reason, stranded, over_quota) '
             "FROM STDIN"
         ) as copy:
             copy.write(holdings.getvalue())
@@ -174,6 +176,10 @@ GROUP BY 1, 2, 3
 
 
 def main() -> None:
+    global NODES
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--gpus", type=int, default=NODES * PER_NODE, help="8 per node")
+    NODES = parser.parse_args().gpus // PER_NODE
     from django.test import Client
 
     from apps.efficiency.services import allocation_summaries_update
@@ -181,7 +187,7 @@ def main() -> None:
     from apps.teams.models import User
     from apps.telemetry.models import GpuHourRollup, IdleInterval, TeamModelHourRollup
 
-    print("bench/dashboards.py: 30-day dashboard endpoints on 1,000 GPUs")
+    print(f"bench/dashboards.py: 30-day dashboard endpoints on {NODES * PER_NODE:,} GPUs")
     recreate_database()
     now = timezone.now()
     started = time.perf_counter()

@@ -46,11 +46,11 @@ from apps.jobs.scheduler.state import (  # noqa: E402
 TRACES = Path(os.environ.get("TRACE_DIR", "/work/shared/data/traces"))
 
 
-def build_state(seed: int = 7) -> ClusterState:
+def build_state(seed: int = 7, *, gpus_total: int = 2_000, jobs: int = 10_000) -> ClusterState:
     rng = random.Random(seed)
     models = ["H100-SXM-80GB", "L40S-48GB"]
     gpus = []
-    for n in range(250):
+    for n in range(gpus_total // 8):
         model = models[n % 2]
         for i in range(8):
             gpus.append(GpuInfo(n * 8 + i, f"node-{n:03d}", model, f"nvl-{n // 2}"))
@@ -59,7 +59,7 @@ def build_state(seed: int = 7) -> ClusterState:
     now = 1_000_000.0
     running = []
     gid = 0
-    for j in range(150):  # 600 GPUs busy
+    for j in range(gpus_total * 3 // 40):  # 30 % of the GPUs busy
         g = gpus[gid : gid + 4]
         gid += 4
         running.append(
@@ -87,7 +87,7 @@ def build_state(seed: int = 7) -> ClusterState:
             now - rng.uniform(0, 86400),
             same_node=rng.random() < 0.8,
         )
-        for j in range(10_000)
+        for j in range(jobs)
     ]
     for k, job in enumerate(queued):
         if job.gpu_count > 8 and job.same_node:
@@ -112,15 +112,15 @@ def naive_fifo(state: ClusterState) -> int:
     return placed
 
 
-def bench_cycle() -> None:
-    state = build_state()
+def bench_cycle(gpus: int = 2_000, jobs: int = 10_000) -> None:
+    state = build_state(gpus_total=gpus, jobs=jobs)
     t0 = time.perf_counter()
     decision = schedule(state, "fairshare")
     t_fs = time.perf_counter() - t0
     t0 = time.perf_counter()
     placed = naive_fifo(state)
     t_naive = time.perf_counter() - t0
-    print("(a) one cycle: 10,000 queued jobs, 2,000 GPUs, 20 teams")
+    print(f"(a) one cycle: {jobs:,} queued jobs, {gpus:,} GPUs, 20 teams")
     print(
         f"  schedule(fairshare): {t_fs * 1000:8.1f} ms  placed {len(decision.placements)}, "
         f"pending {len(decision.pending)}, preemptions {len(decision.preemptions)}"
@@ -305,10 +305,12 @@ def bench_replay(max_jobs: int, seed: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--skip-replay", action="store_true")
+    parser.add_argument("--cycle-gpus", type=int, default=2_000, help="(a) GPUs, 8 per node")
+    parser.add_argument("--cycle-jobs", type=int, default=10_000, help="(a) queued jobs")
     parser.add_argument("--replay-jobs", type=int, default=84_000)
     parser.add_argument("--seed", type=int, default=2024)
     args = parser.parse_args()
-    bench_cycle()
+    bench_cycle(args.cycle_gpus, args.cycle_jobs)
     if not args.skip_replay:
         bench_replay(args.replay_jobs, args.seed)
 

@@ -1031,6 +1031,7 @@ def parse_args(argv=None):
     parser.add_argument("--backlog", type=int, default=40, help="(e) max-size batches queued")
     parser.add_argument("--minutes", type=float, default=3.0, help="(b) how long to poll")
     parser.add_argument("--gpus", type=int, default=1000, help="(b) simulated GPUs")
+    parser.add_argument("--rollup-gpus", type=int, default=1000, help="(c) GPUs, 8 per node")
     parser.add_argument("--agent-mode", choices=("nodes", "processes"), default="nodes")
     parser.add_argument(
         "--agent-procs", type=int, default=2, help="(b) agent processes (nodes mode: hosts)"
@@ -1064,7 +1065,7 @@ def main() -> None:
     if args.only in (None, "b"):
         bench_lag(args)
     if args.only in (None, "c"):
-        bench_rollups()
+        bench_rollups(nodes=args.rollup_gpus // 8)
     if args.only in (None, "d"):
         bench_drain()
     if args.only in (None, "e"):
