@@ -31,6 +31,9 @@ BINARIES = (
     "sinfo",
 )
 SBIN_DIRS = ("/usr/sbin", "/usr/local/sbin", "/sbin")
+# Slurm 22.05 turns power saving (and `State=POWER_DOWN`) off when SuspendTime is INFINITE; a
+# year keeps it on while Slurm never suspends an idle node by itself.
+NEVER_SUSPEND_SECONDS = 365 * 24 * 3600
 
 
 def which(name: str) -> str | None:
@@ -74,6 +77,10 @@ class SlurmCluster:
     root: Path
     gpu_type: str = "h100"
     gpu_count: int = 8
+    # Slurm's power saving: nothing is suspended by itself, only on request
+    # (`scontrol update State=POWER_DOWN`); "powering" stops and starts the node's slurmd.
+    suspend_timeout: int = 5
+    resume_timeout: int = 60
     cluster_name: str = "portaltest"
     partition: str = "gpu"
     mysql_host: str = "127.0.0.1"
@@ -95,6 +102,14 @@ class SlurmCluster:
     @property
     def conf(self) -> Path:
         return self.root / "etc" / "slurm.conf"
+
+    def power_script(self, name: str) -> Path:
+        return self.root / "etc" / f"{name}.sh"
+
+    @property
+    def power_log(self) -> Path:
+        """Each line: `suspend|resume <hostlist>`, as Slurm ran its power-saving programs."""
+        return self.root / "log" / "power.log"
 
     @property
     def munge_socket(self) -> Path:
@@ -119,6 +134,7 @@ class SlurmCluster:
             (self.root / "dev" / f"gpu{index}").touch()
         log, run, state = self.root / "log", self.root / "run", self.root / "state"
         gpu_gres = f"gpu:{self.gpu_type}:{self.gpu_count}"
+        self._write_power_scripts()
         cpus = max(os.cpu_count() or 1, 1)
         self.conf.write_text(
             f"""ClusterName={self.cluster_name}
@@ -164,6 +180,11 @@ AccountingStorageEnforce=associations,limits,qos,safe
 JobCompType=jobcomp/none
 PriorityType=priority/multifactor
 PriorityWeightFairshare=1000
+SuspendProgram={self.power_script("suspend")}
+ResumeProgram={self.power_script("resume")}
+SuspendTime={NEVER_SUSPEND_SECONDS}
+SuspendTimeout={self.suspend_timeout}
+ResumeTimeout={self.resume_timeout}
 NodeName={self.hostname} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory=1000 Gres={gpu_gres} \
 State=UNKNOWN
 PartitionName={self.partition} Nodes={self.hostname} Default=YES MaxTime=INFINITE State=UP
@@ -192,6 +213,32 @@ StorageLoc={self.database}
 """
         )
         os.chmod(dbd, 0o600)
+
+    def _write_power_scripts(self) -> None:
+        """Slurm's SuspendProgram and ResumeProgram for the one node: "power off" stops its
+        slurmd, "power on" starts it again, so Slurm sees the node go away and register anew.
+        Slurm takes a powered-up node back only once it has booted after the request; the
+        restarted slurmd gets a fresh boot time from a time namespace whose boot clock starts
+        now (`unshare --time`), as after a real power-on. Both log their arguments to
+        `power_log`."""
+        slurmd_pid = self.root / "run" / "slurmd.pid"
+        log = f'echo "$(basename "$0" .sh) $*" >> "{self.power_log}"\n'
+        suspend = self.power_script("suspend")
+        # Power off is a power cut: slurmd gets no chance to say goodbye.
+        suspend.write_text(
+            f'#!/bin/sh\n{log}kill -KILL "$(cat "{slurmd_pid}")" 2>/dev/null\nexit 0\n'
+        )
+        resume = self.power_script("resume")
+        resume.write_text(
+            f"#!/bin/sh\n{log}"
+            "(sleep 2\n"  # the node boots: its boot time must come after the request
+            ' up=$(cut -d" " -f1 /proc/uptime)\n'
+            f' exec setsid unshare --time --boottime $((0 - ${{up%%.*}})) "{which("slurmd")}" '
+            f'-D -N {self.hostname} -f "{self.conf}" '
+            f'>> "{self.root / "log" / "slurmd.out"}" 2>&1 < /dev/null) &\n'
+        )
+        for script in (suspend, resume):
+            os.chmod(script, 0o755)  # noqa: S103 - slurmctld runs it
 
     # --- processes ------------------------------------------------------------------------
 
@@ -283,6 +330,7 @@ StorageLoc={self.database}
         return result.stdout
 
     def stop(self) -> None:
+        self._kill_resumed_slurmd()
         for name in ("slurmd", "slurmctld", "slurmdbd", "munged"):
             process = self.processes.pop(name, None)
             if process is None or process.poll() is not None:
@@ -294,6 +342,18 @@ StorageLoc={self.database}
                 process.kill()
                 process.wait(timeout=5)
         self._drop_database()
+
+    def _kill_resumed_slurmd(self) -> None:
+        """A slurmd that the ResumeProgram started is no child of ours: found by its pid file
+        (and its command line, so a reused pid is left alone)."""
+        tracked = self.processes.get("slurmd")
+        try:
+            pid = int((self.root / "run" / "slurmd.pid").read_text().strip())
+            command = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except (OSError, ValueError):
+            return
+        if (tracked is None or pid != tracked.pid) and str(self.conf).encode() in command:
+            os.kill(pid, signal.SIGKILL)
 
     def _drop_database(self) -> None:
         client = which("mariadb") or which("mysql")
