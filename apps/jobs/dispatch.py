@@ -114,7 +114,7 @@ def gpu_info(gpu: Gpu) -> GpuInfo:
     )
 
 
-def _attained_gpu_seconds() -> dict[int, float]:
+def attained_gpu_seconds() -> dict[int, float]:
     """GPU-seconds each waiting job ran in its earlier attempts (requeued or preempted)."""
     attained: dict[int, float] = {}
     rows = JobAllocation.objects.filter(job__status__in=WAITING_STATUSES, end__isnull=False)
@@ -240,7 +240,7 @@ def build_state(*, now: datetime) -> ClusterState:
                 preemptions=job.preemption_count,
             )
         )
-    attained = _attained_gpu_seconds()
+    attained = attained_gpu_seconds()
     quota_rows = list(Quota.objects.select_related("team", "gpu_model"))
     waiting = list(
         Job.objects.filter(status__in=WAITING_STATUSES)

@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from apps.fleet.models import GpuModel
 from apps.jobs.choices import ACTIVE_STATUSES, WAITING_STATUSES, JobPriorityClass, JobStatus
-from apps.jobs.dispatch import queued_jobs
+from apps.jobs.dispatch import attained_gpu_seconds, queued_jobs
 from apps.jobs.models import Job, JobAllocation
 from apps.jobs.scheduler.config import queue_order_key
 from apps.jobs.scheduler.state import PendingReason
@@ -127,7 +127,8 @@ def queue_overview(*, user, now: datetime | None = None) -> dict:
     for job in waiting:
         by_model.setdefault(job.gpu_model.name if job.gpu_model_id else "", []).append(job)
     models = []
-    keys = {queued.job_id: order(queued) for queued in queued_jobs(waiting)}
+    attained = attained_gpu_seconds()  # a requeued job that ran for hours waits behind fresh ones
+    keys = {queued.job_id: order(queued) for queued in queued_jobs(waiting, attained=attained)}
     for name in sorted(by_model, key=lambda n: (n == "", n)):
         jobs = sorted(by_model[name], key=lambda job: keys[job.pk])
         models.append(

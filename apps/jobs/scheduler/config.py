@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 
 from apps.jobs.scheduler.modes import GUARANTEE, SPARE
@@ -62,18 +63,28 @@ class SchedulerConfig:
 
 
 def queue_order_key(policy: str):
-    """The order in which ``policy`` takes waiting jobs: under ``fairshare`` each job's turn
+    """The order in which ``policy`` takes waiting jobs: under ``fairshare`` least attained
+    service first in Tiresias' discretized queues (``attained_level``), then each job's turn
     in its team's queue (per-user fair share; guarantees and spare capacity are served in
     this order within each team), under ``sjf`` shortest ``max_runtime`` first, else oldest
     first. The queue page lists jobs by this key too."""
     return _order_key(policy)
 
 
+def attained_level(attained: float) -> int:
+    """Tiresias' queue of a job that ran ``attained`` GPU-seconds in earlier attempts: 0 for
+    a job that never ran (or ran less than the first bound of ``TIRESIAS_BOUNDS``), one more
+    per bound passed. Without knowing durations, a job that has run long already is the one
+    likely to run long again: a preempted job that lost hours of work goes behind its team's
+    fresh work instead of taking borrowed GPUs back at once and being preempted again."""
+    return bisect.bisect_right(TIRESIAS_BOUNDS, attained)
+
+
 def _order_key(policy: str):
     if policy == "sjf":
         return lambda j: (j.max_runtime, j.submitted_at, j.job_id)
-    if policy == "fairshare":  # per-user fair share inside a team: the job's turn
-        return lambda j: (j.queued_since, j.job_id)
+    if policy == "fairshare":  # least attained service, then the job's turn (per-user share)
+        return lambda j: (attained_level(j.attained), j.queued_since, j.job_id)
     return lambda j: (j.submitted_at, j.job_id)
 
 

@@ -36,9 +36,12 @@ Order of work in a ``fairshare`` cycle:
    not restarted in the cycle that stopped it. A gang that needs one whole node drains one
    ahead (see ``_drain``): no over-quota work starts there while it waits.
 
-Within a team, ``fairshare`` takes jobs in the order of their turn (``QueuedJob.turn``, from
-their user's virtual clock, ``usage.UserClock``: per-user fair share inside a team), which is
-the submit time for jobs without a user; aging counts from the turn.
+Within a team, ``fairshare`` takes jobs by least attained service first, in Tiresias'
+discretized queues (``config.attained_level``: GPU-hours run in earlier attempts, so a job
+preempted after running for hours goes behind its team's fresh work), then in the order of
+their turn (``QueuedJob.turn``, from their user's virtual clock, ``usage.UserClock``: per-user
+fair share inside a team), which is the submit time for jobs without a user; aging counts
+from the turn.
 
 ``fifo`` and ``sjf`` are baselines: first-fit in submit order / shortest ``max_runtime`` first,
 respecting quota limits, no guarantees, no fair share, no preemption.

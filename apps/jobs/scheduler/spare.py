@@ -23,9 +23,10 @@ class SpareMixin:
             return
         order = self.config.spare_order
         if order == "share":
-            # Lower bound: the share with the oldest job's aging (queue key = submit time).
+            # The share with the head job's aging (queue key = (level, turn, id)); the
+            # candidate's own share is checked when the team comes up.
             heap = [
-                (self._share_at(team, key[0]), team, None)
+                (self._share_at(team, key[1]), team, None)
                 for team in self._teams()
                 if (key := self._head_key(team))
             ]
