@@ -4,8 +4,10 @@ What is charged, per GPU, over complete UTC hours:
 - reservations, for their reserved time (active holdings), to the booking team;
 - jobs that run outside a reservation, for their allocations' run time, to the job's team;
 - every other second of every GPU while it is in the fleet (from `in_fleet_since` until
-  `retired_at`; never a MIG slice), as unallocated capacity, to the platform cost center.
-So, for any interval, team charges + platform idle = fleet GPU-seconds x rates, exactly.
+  `retired_at`; never a MIG slice) and its node is powered on, as unallocated capacity, to the
+  platform cost center. Time a node spent powered down to save energy is not charged
+  (`energy.powered_off_spans`; `energy` reports it and what it saved).
+So, for any interval, team charges + platform idle = powered-on fleet GPU-seconds x rates.
 
 Time is cut into slices at every UTC hour and wherever a rate card starts or ends, so the same
 use always produces the same slices whatever interval a run covers; the ledger's unique key
@@ -44,6 +46,7 @@ from django.db import connection, transaction
 from django.db.models import Max, Sum
 from django.utils import timezone
 
+from apps.billing import energy
 from apps.billing.choices import ChargeSource
 from apps.billing.models import BillingPeriod, LedgerEntry, RemeterRange
 from apps.billing.money import ExactSum
@@ -252,6 +255,8 @@ def _ledger_rows(start: datetime, end: datetime, periods: list, result: MeterRes
         for gpu_id, model_id, fleet_window, uses in gpu_uses:
             cuts = rates.cuts(model_id)
             for use in _with_unallocated(uses, start_s, end_s, fleet_window):
+                if use.source == POWERED_OFF:
+                    continue  # not capacity while off: charged to no one
                 for piece_start, piece_end in _slices(use.start, use.end, cuts):
                     hour = piece_start - piece_start % 3600
                     period = period_of[hour]
@@ -362,6 +367,8 @@ def _uses_per_gpu(start: datetime, end: datetime):
         )
     for gpu_id, use in _job_uses(start, end):
         uses[gpu_id].append(use)
+    for gpu_id, off_start, off_end in energy.powered_off_spans(start, end):
+        uses[gpu_id].append(Use(off_start, off_end, POWERED_OFF, 0, None, False))
     gpus = Gpu.objects.values_list(
         "id", "model_id", "status", "mig_parent_id", "in_fleet_since", "retired_at"
     )
@@ -373,6 +380,7 @@ def _uses_per_gpu(start: datetime, end: datetime):
 
 
 FOREVER = 2**62
+POWERED_OFF = "powered_off"  # a use that keeps a powered-down node's time out of unallocated
 
 
 def _fleet_window(status, mig_parent_id, since, retired_at) -> tuple[int, int] | None:
