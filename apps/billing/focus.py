@@ -16,7 +16,10 @@ A split row carries its share of every quantity and cost of its line (GPU-hours,
 cost, list cost), so a line's rows add up to it exactly. Our own columns carry the `x_` prefix;
 x_BusyCost, x_HeldIdleCost, x_OverQuotaCost and x_EnergyCost are the line's rounded parts, the
 same figures as in every other format.
-"""
+
+Powered-down capacity is not charged (`energy.py`): x_PoweredOffGpuHours and x_EnergySavedKwh
+carry a GPU-day's on its unallocated-capacity row (0 elsewhere; a GPU-day off throughout gets a
+row that costs nothing), in an export of every team."""
 
 import json
 from collections import defaultdict
@@ -25,15 +28,19 @@ from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime, timedelta
 from decimal import ROUND_HALF_EVEN, Decimal
 from functools import lru_cache
+from itertools import chain
 
 from django.conf import settings
 from django.db.models import Sum
 from django.db.models.functions import TruncDate
+from django.utils import timezone
 
 from apps.billing.choices import PLATFORM_COST_CENTER, ChargeSource
+from apps.billing.energy import powered_off_by_gpu_day
 from apps.billing.exports import (
     DETAIL,
     QUANTITY_PLACES,
+    USAGE,
     ExportScope,
     cents,
     export_lines,
@@ -44,6 +51,7 @@ from apps.billing.exports import (
 from apps.billing.invoices import invoice_id
 from apps.billing.models import LedgerEntry
 from apps.billing.periods import month_bounds
+from apps.fleet.models import Gpu
 
 FOCUS_1_2 = "1.2"
 FOCUS_1_3 = "1.3"
@@ -76,7 +84,7 @@ _NEW_IN_1_3 = [
 _OWN = [
     "x_BusyGpuHours", "x_IdleGpuHours", "x_EnergyKwh", "x_ReservationId", "x_JobId",
     "x_OverQuota", "x_Draft", "x_LineType", "x_BusyCost", "x_HeldIdleCost", "x_OverQuotaCost",
-    "x_EnergyCost",
+    "x_EnergyCost", "x_PoweredOffGpuHours", "x_EnergySavedKwh",
 ]  # fmt: skip
 FOCUS_COLUMNS = {
     FOCUS_1_2: [*_COMMON, *_OWN],
@@ -98,7 +106,8 @@ def focus_time(moment: datetime | date) -> str:
 def focus_rows(scope: ExportScope, version: str = DEFAULT_FOCUS_VERSION) -> Iterator[dict]:
     """The rows of a FOCUS export of `scope` (team or all, always at detail level)."""
     context = _Context(scope)
-    for line in export_lines(ExportScope(scope.period, scope.team_id, DETAIL)):
+    lines = export_lines(ExportScope(scope.period, scope.team_id, DETAIL))
+    for line in chain(lines, context.powered_off_lines()):  # the latter once the lines are out
         row = _base_row(context, line)
         if version == FOCUS_1_2:
             yield row
@@ -166,6 +175,42 @@ class _Context:
         self.billing_end = focus_time(period_end)
         self._gpu_day_seconds = None
         self._allocated_seconds: dict[tuple, int] = {}
+        # (GPU UUID, day) -> powered-off hours and energy saved, not yet on a row; only in an
+        # export of every team (the platform's rows are in no team's)
+        self._powered_off = (
+            powered_off_by_gpu_day(period_start, min(period_end, timezone.now()))
+            if scope.team_id is None
+            else {}
+        )
+
+    def powered_off_columns(self, line: dict) -> dict:
+        """x_PoweredOffGpuHours and x_EnergySavedKwh of a row: the GPU-day's, on the first
+        unallocated-capacity row of that GPU-day; 0 elsewhere."""
+        off = None
+        if line["source"] == ChargeSource.UNALLOCATED and line["gpu__uuid"]:
+            off = self._powered_off.pop((line["gpu__uuid"], line["day"]), None)
+        return {
+            "x_PoweredOffGpuHours": off.gpu_hours if off else Decimal(0),
+            "x_EnergySavedKwh": off.energy_saved_kwh if off else Decimal(0),
+        }
+
+    def powered_off_lines(self) -> Iterator[dict]:
+        """A line that costs nothing for each GPU-day powered off throughout (no charge row
+        carried its hours)."""
+        for (uuid, day), off in sorted(self._powered_off.items()):
+            gpu = Gpu.objects.select_related("node").get(uuid=uuid)
+            yield {
+                "cost": Decimal(0), "sum_gpu_seconds": 0, "unit_price": None, "day": day,
+                "held_idle_seconds": 0, "source": ChargeSource.UNALLOCATED, "source_id": 0,
+                "description": f"{off.gpu_model} powered off (not charged)",
+                "sub_account": PLATFORM_COST_CENTER, "team__name": None, "team_id": None,
+                "team__cost_center": None, "gpu_model__name": off.gpu_model,
+                "rate_card_id": None, "sum_busy_seconds": 0, "sum_energy_kwh": Decimal(0),
+                "over_quota": False, "line_type": USAGE, "busy_cost": Decimal(0),
+                "held_idle_cost": Decimal(0), "over_quota_cost": Decimal(0),
+                "energy_cost": Decimal(0), "gpu__uuid": uuid, "gpu__index": gpu.index,
+                "gpu__node__hostname": gpu.node.hostname,
+            }  # fmt: skip
 
     def gpu_day_seconds(self, uuid: str, day: date) -> int:
         """GPU-seconds charged for one GPU on one day, every team and the platform together."""
@@ -284,6 +329,7 @@ def _base_row(context: _Context, line: dict) -> dict:
         "x_HeldIdleCost": line["held_idle_cost"],
         "x_OverQuotaCost": line["over_quota_cost"],
         "x_EnergyCost": line["energy_cost"],
+        **context.powered_off_columns(line),
     }
 
 
