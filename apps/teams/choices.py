@@ -14,6 +14,10 @@ class TeamRole(models.TextChoices):
     TEAM_ADMIN = "team_admin", "Team admin"
 
 
+class UnitRole(models.TextChoices):
+    UNIT_ADMIN = "unit_admin", "Unit admin"
+
+
 class ApiTokenScope(models.TextChoices):
     READ_ONLY = "read", "Read only"
     READ_WRITE = "write", "Read and write"

@@ -1,9 +1,11 @@
 from django.contrib.auth.models import AbstractUser
 from django.core.validators import RegexValidator
 from django.db import models
+from django.db.models import Q
+from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
-from apps.teams.choices import ApiTokenScope, GlobalRole, TeamRole
+from apps.teams.choices import ApiTokenScope, GlobalRole, TeamRole, UnitRole
 
 
 class User(AbstractUser):
@@ -31,14 +33,33 @@ class User(AbstractUser):
         return self.is_platform_admin or self.is_finance
 
 
+# The units a user administers and every unit below them, as a subquery (no extra round trip;
+# PostgreSQL and SQLite both walk the tree with a recursive CTE).
+MANAGED_UNITS_SQL = """
+WITH RECURSIVE managed(id) AS (
+    SELECT unit_id FROM teams_unitmembership WHERE user_id = %s
+    UNION
+    SELECT u.id FROM teams_orgunit u JOIN managed m ON u.parent_id = m.id
+) SELECT id FROM managed"""
+
+
+def managed_units(user) -> RawSQL:
+    """Ids of the units `user` administers as a unit admin, with their subtrees (a subquery)."""
+    return RawSQL(MANAGED_UNITS_SQL, [user.pk])  # noqa: S611 - constant SQL, id as a parameter
+
+
 class TeamQuerySet(models.QuerySet):
     def for_user(self, user) -> "TeamQuerySet":
-        """Teams the user may see: all for finance and platform admins, else their own."""
+        """Teams the user may see: all for finance and platform admins, else their own and
+        every team below a unit they administer."""
         if not user.is_authenticated or not user.is_active:
             return self.none()
         if user.sees_all_teams:
             return self
-        return self.filter(memberships__user=user).distinct()
+        return self.filter(
+            Q(pk__in=Membership.objects.filter(user=user).values("team_id"))
+            | Q(unit_id__in=managed_units(user))
+        )
 
     def member_of(self, user) -> "TeamQuerySet":
         """Active teams the user belongs to (where they may book and submit), whatever their
@@ -53,7 +74,10 @@ class TeamQuerySet(models.QuerySet):
             return self.none()
         if user.is_platform_admin:
             return self
-        return self.filter(memberships__user=user, memberships__role=TeamRole.TEAM_ADMIN).distinct()
+        admin_of = Membership.objects.filter(user=user, role=TeamRole.TEAM_ADMIN)
+        return self.filter(
+            Q(pk__in=admin_of.values("team_id")) | Q(unit_id__in=managed_units(user))
+        )
 
 
 class TeamOwnedQuerySet(models.QuerySet):
@@ -68,6 +92,31 @@ slug_validator = RegexValidator(
     r"^[a-z0-9][a-z0-9-]*$",
     "Use lowercase letters, digits and hyphens, starting with a letter or digit.",
 )
+
+
+class OrgUnitQuerySet(models.QuerySet):
+    def managed_by(self, user) -> "OrgUnitQuerySet":
+        """Units whose teams, members, child units and quotas below them the user may manage:
+        all for platform admins, else those they administer and every unit below."""
+        if not user.is_authenticated or not user.is_active:
+            return self.none()
+        if user.is_platform_admin:
+            return self
+        return self.filter(pk__in=managed_units(user))
+
+    def for_user(self, user) -> "OrgUnitQuerySet":
+        """Units the user may see: all for finance and platform admins; else those they
+        manage and those on the path of their teams."""
+        if not user.is_authenticated or not user.is_active:
+            return self.none()
+        if user.sees_all_teams:
+            return self
+        from apps.teams.org_tree import OrgTree
+
+        tree = OrgTree(dict(OrgUnit.objects.values_list("pk", "parent_id")), {})
+        homes = Team.objects.filter(memberships__user=user).values_list("unit_id", flat=True)
+        on_paths = {unit for home in homes for unit in tree.ancestors(home)}
+        return self.filter(Q(pk__in=on_paths) | Q(pk__in=managed_units(user)))
 
 
 ROOT_UNIT_SLUG = "organisation"
@@ -92,6 +141,9 @@ class OrgUnit(models.Model):
         max_length=64, blank=True, help_text="Finance cost-center code of the unit."
     )
     created_at = models.DateTimeField(auto_now_add=True)
+    admins = models.ManyToManyField(User, through="UnitMembership", related_name="units")
+
+    objects = OrgUnitQuerySet.as_manager()
 
     class Meta:
         ordering = ["slug"]
@@ -226,6 +278,29 @@ class Quota(models.Model):
 
     def __str__(self) -> str:
         return f"{self.team.slug}/{self.gpu_model or 'any model'}"
+
+
+class UnitMembership(models.Model):
+    """A unit admin: manages the teams, members, child units and quotas (within the unit's
+    envelope) of everything below the unit. Their own unit's envelope is set above them."""
+
+    user = models.ForeignKey(User, on_delete=models.CASCADE, related_name="unit_memberships")
+    unit = models.ForeignKey(OrgUnit, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=16, choices=UnitRole.choices, default=UnitRole.UNIT_ADMIN)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["unit__slug", "user__username"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["user", "unit"],
+                name="unitmembership_unique_user_unit",
+                violation_error_message="This user is already an admin of the unit.",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} admin of {self.unit}"
 
 
 class UnitQuota(models.Model):

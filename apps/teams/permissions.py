@@ -4,8 +4,7 @@ Rule of thumb: reads are scoped (objects outside the user's teams do not exist f
 writes that need a role the user lacks are 403.
 """
 
-from apps.teams.choices import TeamRole
-from apps.teams.models import Membership, Team
+from apps.teams.models import Membership, OrgUnit, Team
 from portal.roles import (  # noqa: F401 - the portal-wide roles, re-exported for team code
     IsPlatformAdmin,
     ReadAnyWritePlatformAdmin,
@@ -26,8 +25,32 @@ def can_view_team(user, team: Team) -> bool:
 
 
 def can_manage_team(user, team: Team) -> bool:
+    """Platform admins, the team's admins and the admins of any unit above it."""
     if not user.is_authenticated:
         return False
     if user.is_platform_admin:
         return True
-    return Membership.objects.filter(user=user, team=team, role=TeamRole.TEAM_ADMIN).exists()
+    return Team.objects.managed_by(user).filter(pk=team.pk).exists()
+
+
+def can_manage_unit(user, unit: OrgUnit | None) -> bool:
+    """Whether the user may shape what is below `unit`: add teams and child units there,
+    move them, name their admins, and set the quotas of its teams and child units (not the
+    unit's own: that is its parent's admins' call)."""
+    if unit is None or not user.is_authenticated:
+        return False
+    return OrgUnit.objects.managed_by(user).filter(pk=unit.pk).exists()
+
+
+def can_set_team_quota(user, team: Team) -> bool:
+    """Platform admins, and the admins of a unit above the team (within its envelope); never
+    the team's own admins."""
+    return can_manage_unit(user, OrgUnit.objects.get(teams=team))
+
+
+def can_set_unit_quota(user, unit: OrgUnit) -> bool:
+    """Platform admins, and the admins of a unit above it (a unit admin cannot widen their
+    own unit's envelope)."""
+    if is_platform_admin(user):
+        return True
+    return unit.parent_id is not None and can_manage_unit(user, unit.parent)

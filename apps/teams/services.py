@@ -12,8 +12,13 @@ from django.utils import timezone
 from apps.audit.services import audit_record
 from apps.outbox.services import outbox_send_mail
 from apps.teams.choices import TeamRole
-from apps.teams.models import Membership, OrgUnit, Quota, Team, UnitQuota, User
-from apps.teams.permissions import can_manage_team, is_platform_admin
+from apps.teams.models import Membership, OrgUnit, Quota, Team, UnitMembership, UnitQuota, User
+from apps.teams.permissions import (
+    can_manage_team,
+    can_manage_unit,
+    can_set_team_quota,
+    can_set_unit_quota,
+)
 from apps.teams.selectors import org_tree
 from portal import hooks
 from portal.exceptions import ConflictError, PolicyRefusal
@@ -132,9 +137,12 @@ def quota_numbers_check(*, guaranteed: int, limit: int) -> None:
         raise ValidationError(errors)
 
 
-def _require_platform_admin(actor) -> None:
-    if not is_platform_admin(actor):
-        raise PolicyRefusal("Only platform admins may change quotas.", code="not_admin")
+def _require_quota_admin(actor, team: Team) -> None:
+    if not can_set_team_quota(actor, team):
+        raise PolicyRefusal(
+            "Only platform admins and the admins of the team's unit may change its quotas.",
+            code="not_admin",
+        )
 
 
 @transaction.atomic
@@ -142,7 +150,7 @@ def quota_set(*, team: Team, gpu_model, guaranteed: int, limit: int, actor) -> Q
     """Create or change a team's quota for a GPU model (None: all models). Audited.
 
     Lowering a quota does not cancel existing bookings; it limits new ones."""
-    _require_platform_admin(actor)
+    _require_quota_admin(actor, team)
     quota_numbers_check(guaranteed=guaranteed, limit=limit)
     quota = (
         Quota.objects.select_for_update(of=("self",)).filter(team=team, gpu_model=gpu_model).first()
@@ -174,7 +182,7 @@ def quota_set(*, team: Team, gpu_model, guaranteed: int, limit: int, actor) -> Q
 
 @transaction.atomic
 def quota_delete(*, quota: Quota, actor) -> None:
-    _require_platform_admin(actor)
+    _require_quota_admin(actor, quota.team)
     quota = (
         Quota.objects.select_for_update(of=("self",))
         .select_related("gpu_model", "team")
@@ -196,11 +204,13 @@ def team_create(
     """A platform admin creates a team, with optional quota rows ``(gpu_model or None,
     guaranteed, limit)``. Audited (the team, then each quota through ``quota_set``); one
     transaction, so a refused quota leaves no team behind. A taken slug is a conflict."""
-    if not is_platform_admin(actor):
-        raise PolicyRefusal("Only platform admins may create teams.", code="not_admin")
     team = Team(slug=slug.strip(), name=name.strip(), cost_center=cost_center.strip())
     if unit is not None:
         team.unit = unit
+    if not can_manage_unit(actor, team.unit):
+        raise PolicyRefusal(
+            "Only platform admins and the unit's admins may create teams in it.", code="not_admin"
+        )
     team.full_clean(validate_unique=False)
     if team.slug in RESERVED_TEAM_SLUGS:
         raise ValidationError({"slug": f"“{team.slug}” names a portal page; choose another slug."})
@@ -284,10 +294,11 @@ def _unit_snapshot(unit: OrgUnit) -> dict:
     }
 
 
-def _require_org_admin(actor) -> None:
-    if not is_platform_admin(actor):
+def _require_unit_admin(actor, *units: OrgUnit) -> None:
+    if not all(can_manage_unit(actor, unit) for unit in units):
         raise PolicyRefusal(
-            "Only platform admins may change the organisation tree.", code="not_admin"
+            "Only platform admins and the admins of the units concerned may do this.",
+            code="not_admin",
         )
 
 
@@ -323,9 +334,9 @@ def unit_envelope_check(*, unit: OrgUnit, gpu_model, extra: dict | None = None) 
 def unit_create(*, slug: str, name: str, parent: OrgUnit, cost_center: str = "", actor) -> OrgUnit:
     """A platform admin adds a unit below `parent` (a second root is refused: the tree has
     one). Audited. A taken slug is a conflict."""
-    _require_org_admin(actor)
     if parent is None:
         raise ValidationError({"parent": "Choose the unit the new one sits in."})
+    _require_unit_admin(actor, parent)
     unit = OrgUnit(slug=slug.strip(), name=name.strip(), parent=parent, cost_center=cost_center)
     unit.full_clean(validate_unique=False)
     if OrgUnit.objects.filter(slug=unit.slug).exists():
@@ -340,10 +351,10 @@ def unit_move(*, unit: OrgUnit, parent: OrgUnit, actor) -> OrgUnit:
     """Move a unit (with everything below it) under another. Refused when the new parent is
     the unit itself or below it, when the unit is the root, or when the move would give the
     new parent more guarantees below it than it guarantees. Audited."""
-    _require_org_admin(actor)
     unit = OrgUnit.objects.select_for_update().get(pk=unit.pk)
     if unit.parent_id is None:
         raise ValidationError({"parent": "The organisation's root unit cannot be moved."})
+    _require_unit_admin(actor, unit.parent, parent)
     if parent is None or org_tree().would_cycle(unit.pk, parent.pk):
         raise ValidationError({"parent": f"{unit.name} cannot move below itself."})
     before = _unit_snapshot(unit)
@@ -361,8 +372,8 @@ def unit_move(*, unit: OrgUnit, parent: OrgUnit, actor) -> OrgUnit:
 def team_move(*, team: Team, unit: OrgUnit, actor) -> Team:
     """Move a team into another unit, refused when its guarantees do not fit the new unit's
     envelope. Audited."""
-    _require_org_admin(actor)
     team = Team.objects.select_for_update().get(pk=team.pk)
+    _require_unit_admin(actor, team.unit, unit)
     before = {"unit": team.unit.slug}
     for row in Quota.objects.filter(team=team):
         unit_envelope_check(unit=unit, gpu_model=row.gpu_model, extra={team: row.guaranteed})
@@ -387,7 +398,11 @@ def unit_quota_set(*, unit: OrgUnit, gpu_model, guaranteed: int, limit: int, act
     """Create or change a unit's guarantee and limit for a GPU model (None: all models).
     Refused when it would guarantee less than what sits directly below it is guaranteed, or
     more than its parent's envelope leaves. Audited."""
-    _require_org_admin(actor)
+    if not can_set_unit_quota(actor, unit):
+        raise PolicyRefusal(
+            "Only platform admins and the admins of a unit above it may change a unit's quotas.",
+            code="not_admin",
+        )
     quota_numbers_check(guaranteed=guaranteed, limit=limit)
     OrgUnit.objects.select_for_update().filter(pk=unit.pk).first()  # one envelope change at once
     row = UnitQuota.objects.filter(unit=unit, gpu_model=gpu_model).first()
@@ -408,3 +423,26 @@ def unit_quota_set(*, unit: OrgUnit, gpu_model, guaranteed: int, limit: int, act
         after=_unit_quota_snapshot(row),
     )
     return row
+
+
+@transaction.atomic
+def unit_admin_add(*, unit: OrgUnit, user: User, actor) -> UnitMembership:
+    """Make `user` an admin of `unit` (platform admins, or an admin of the unit or above).
+    Audited."""
+    _require_unit_admin(actor, unit)
+    membership, created = UnitMembership.objects.get_or_create(unit=unit, user=user)
+    if not created:
+        raise ConflictError(f"{user} is already an admin of {unit.name}.")
+    audit_record(actor=actor, action="unit.admin_add", target=unit, after={"user": user.username})
+    return membership
+
+
+@transaction.atomic
+def unit_admin_remove(*, unit: OrgUnit, user: User, actor) -> None:
+    _require_unit_admin(actor, unit)
+    deleted, _ = UnitMembership.objects.filter(unit=unit, user=user).delete()
+    if not deleted:
+        raise ValidationError({"user": f"{user} is not an admin of {unit.name}."})
+    audit_record(
+        actor=actor, action="unit.admin_remove", target=unit, before={"user": user.username}
+    )
