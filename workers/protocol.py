@@ -75,3 +75,14 @@ SAMPLE_KEYS = (
     "xid",
     "health",
 )
+
+# The simulated fleet's power (the demo and tests): the portal's simulated power driver sets a
+# node's switch file; the simulated agent reads it before each poll and writes what it now is to
+# the state file. Both sides name the files here.
+POWER_ON = "on"
+POWER_OFF = "off"
+
+
+def power_switch_paths(folder, hostname: str) -> tuple:
+    """(switch, state) files of a simulated node's power under `folder` (a pathlib.Path)."""
+    return folder / f"{hostname}.switch", folder / f"{hostname}.state"

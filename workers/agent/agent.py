@@ -35,6 +35,7 @@ class Agent:
         send: Send,
         buffer_size: int = 240,
         processes_every: int = 4,
+        power=None,
     ) -> None:
         self.hostname = hostname
         self.backend = backend
@@ -46,6 +47,9 @@ class Agent:
         self.processes_every = processes_every
         self._seq = time.time_ns() // 1_000_000
         self._polls = 0
+        # A simulated node's power switch (`SimulatedPower`); None: the node is always on.
+        self.power = power
+        self._powered = True
 
     def inventory(self) -> dict[str, Any]:
         gpus = self.reader.inventory()
@@ -60,7 +64,16 @@ class Agent:
         self.send(REGISTER_NODE_TASK, self.inventory())
 
     def poll(self) -> dict:
-        """Read every GPU once and send the batch (with any buffered ones)."""
+        """Read every GPU once and send the batch (with any buffered ones). A simulated node
+        switched off sends nothing (no telemetry, no draw); switched back on it registers
+        again, as a booted node's agent does."""
+        if self.power is not None:
+            powered, was = self.power.is_on(), self._powered
+            self._powered = powered
+            if not powered:
+                return {"powered_off": True}
+            if not was:
+                self.register()
         self._seq += 1
         self._polls += 1
         batch: dict[str, Any] = {

@@ -11,6 +11,7 @@ from celery.signals import worker_ready
 from workers.agent.agent import Agent
 from workers.agent.backends import make_reader
 from workers.agent.jobs import JobRunner
+from workers.agent.simulated_power import SimulatedPower
 from workers.broker import is_embedded, transport_options
 from workers.protocol import (
     DEFAULT_TELEMETRY_QUEUE,
@@ -79,6 +80,7 @@ def create_app(
         backend=backend,
         reader=make_reader(backend, hostname, **simulated_options),
         send=send,
+        power=SimulatedPower.from_env(hostname) if backend == "simulated" else None,
     )
     app.conf.agent = agent
     nvml = agent.reader.nvml
