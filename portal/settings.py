@@ -679,3 +679,10 @@ POWER_COMMAND_STATE = env.str("POWER_COMMAND_STATE", default="")
 POWER_COMMAND_TIMEOUT_SECONDS = env.int("POWER_COMMAND_TIMEOUT_SECONDS", default=60)
 # The simulated driver's power switches (read by the simulated agents): one file per node.
 POWER_SIMULATED_DIR = env.str("POWER_SIMULATED_DIR", default=str(BASE_DIR / "var" / "power"))
+# How often the power policy runs (settle, wake, power down).
+POWER_POLICY_SECONDS = env.float("POWER_POLICY_SECONDS", default=60.0)
+CELERY_BEAT_SCHEDULE["power-policy"] = {
+    "task": "power.policy_cycle",
+    "schedule": POWER_POLICY_SECONDS,
+    "options": {"expires": max(POWER_POLICY_SECONDS - 5, 1)},
+}

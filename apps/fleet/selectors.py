@@ -12,6 +12,7 @@ from apps.fleet.transitions import (
     node_operations,
     node_power_operations,
     power_ready_at,
+    resume_seconds,
 )
 from portal import queries
 
@@ -153,6 +154,30 @@ def node_power_ready_times(*, now: datetime | None = None) -> dict[str, datetime
     return {
         node.hostname: ready for node in nodes if (ready := power_ready_at(node, now)) is not None
     }
+
+
+def resuming_capacity(*, now: datetime | None = None) -> list[tuple[str, str, int, datetime]]:
+    """Nodes powering up: (host name, GPU model, in-service whole GPUs of that model, when
+    they take work: wake start plus the node's resume time), one row per model of a node."""
+    rows = (
+        Gpu.objects.in_service()
+        .filter(mig_parent__isnull=True, node__power_state=PowerState.RESUMING)
+        .values("node_id", "model__name")
+        .annotate(n=Count("id"))
+        .order_by("node_id", "model__name")
+    )
+    nodes = {n.pk: n for n in Node.objects.filter(power_state=PowerState.RESUMING)}
+    return [
+        (
+            nodes[row["node_id"]].hostname,
+            row["model__name"],
+            row["n"],
+            nodes[row["node_id"]].power_state_since
+            + timedelta(seconds=resume_seconds(nodes[row["node_id"]])),
+        )
+        for row in rows
+        if row["node_id"] in nodes
+    ]
 
 
 def power_history(node: Node, limit: int = 20) -> list[NodePowerEvent]:

@@ -22,6 +22,7 @@ from django.db.models import Max
 from django.utils import timezone
 
 from apps.fleet.models import Gpu
+from apps.fleet.selectors import resuming_capacity
 from apps.jobs import messaging, services
 from apps.jobs.choices import ACTIVE_STATUSES, WAITING_STATUSES, JobStatus
 from apps.jobs.models import Job, JobAllocation
@@ -32,6 +33,7 @@ from apps.jobs.scheduler.state import (
     GpuInfo,
     PriorityClass,
     QueuedJob,
+    ResumingNode,
     RunningJob,
     TeamQuota,
 )
@@ -265,6 +267,10 @@ def build_state(*, now: datetime) -> ClusterState:
         bookings=bookings,
         quotas=quotas,
         usage=usage_by_team(now=now, half_life=settings.JOBS_USAGE_HALF_LIFE_SECONDS),
+        resuming=[
+            ResumingNode(node=host, model=model, gpus=count, ready_at=_ts(ready))
+            for host, model, count, ready in resuming_capacity(now=now)
+        ],
     )
 
 

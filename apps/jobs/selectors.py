@@ -100,6 +100,7 @@ PENDING_REASON_LABELS = {
     PendingReason.RESERVATION_NOT_ACTIVE: "Its booking has not started",
     PendingReason.WAITING_FOR_PREEMPTION: "Over-quota work is stopping for it",
     PendingReason.RECLAIMING_GUARANTEE: "Reclaiming the team's guarantee",
+    PendingReason.POWERING_UP: "A node is powering up",
 }
 ANY_MODEL_LABEL = "Any model"
 

@@ -82,6 +82,7 @@ from apps.jobs.scheduler.state import (
     Placement,
     PriorityClass,
     QueuedJob,
+    ResumingNode,
     RunningJob,
     TeamQuota,
 )
@@ -148,6 +149,7 @@ class Engine(QueueMixin, BaselineMixin, SpareMixin, DrainMixin, PreemptionMixin,
         self._gain_mark: int | None = None
         self._team_retry: dict[str, float] = {}  # when a team's failed preemption may work
         self._frozen_models: list[str] | None = None  # models by free GPUs, while explaining
+        self.resuming: list[ResumingNode] = []  # nodes powering up (see ``explain``)
         # team -> its oldest job within its guarantee (``_drain``), kept until the team's queue
         # or holdings change (not for a team with bookings ahead: its room depends on time)
         self._drain_cands: dict[str, Candidate | None] = {}
@@ -439,6 +441,7 @@ def engine_from_state(
     engine.add_bookings(state.bookings, state.now)
     for job in state.queued:
         engine.enqueue(job)
+    engine.resuming = list(state.resuming)
     return engine
 
 

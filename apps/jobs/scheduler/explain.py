@@ -3,12 +3,15 @@ its state after a cycle."""
 
 from __future__ import annotations
 
+import math
+
 from apps.jobs.scheduler.modes import BASELINE, GUARANTEE
 from apps.jobs.scheduler.state import (
     Pending,
     PendingReason,
     PriorityClass,
     QueuedJob,
+    ResumingNode,
 )
 
 
@@ -48,7 +51,7 @@ class ExplainMixin:
                     append(pending)
                     continue
             if reason == PendingReason.BEYOND_QUOTA or not any(
-                self.quotas.rule.rows_for(job.team, m) for m in self._models_for(job.gpu_model)
+                self.quotas.rule.rows_for(job.team, m) for m in self._estimate_models(job)
             ):
                 # Free GPUs say nothing about when the quota changes.
                 append(Pending(job.job_id, reason, message, None))
@@ -84,7 +87,7 @@ class ExplainMixin:
                 f"Team {job.team}'s bookings leave no room in its quota before this job would end.",
             )
         if not models:
-            return (
+            return self._powering_up(job) or (
                 PendingReason.NO_CAPACITY,
                 f"No schedulable {pretty_model(job.gpu_model)} GPUs in the fleet.",
             )
@@ -112,6 +115,9 @@ class ExplainMixin:
                 f"Free {pretty_model(model)} GPUs are booked by other teams before this job "
                 "would end.",
             )
+        powering_up = self._powering_up(job)
+        if powering_up is not None:
+            return powering_up
         if job.same_node and job.gpu_count > 1:
             return (
                 PendingReason.NO_CAPACITY,
@@ -184,16 +190,63 @@ class ExplainMixin:
             "the limit.",
         )
 
+    def _resuming_for(self, job: QueuedJob) -> list[ResumingNode]:
+        """Nodes powering up whose GPUs the job could use, the soonest ready first."""
+        return sorted(
+            (r for r in self.resuming if job.gpu_model in (None, r.model)),
+            key=lambda r: (r.ready_at, r.node),
+        )
+
+    def _estimate_models(self, job: QueuedJob) -> list[str]:
+        """The models the job could run on now or once the nodes powering up are on."""
+        models = self._models_for(job.gpu_model)
+        return models + sorted({r.model for r in self._resuming_for(job)} - set(models))
+
+    def _powering_up(self, job: QueuedJob) -> tuple[PendingReason, str] | None:
+        """The job does not fit the free GPUs, but does once the nodes powering up (the soonest
+        ready first) are on: which nodes, and about how long."""
+        resuming = self._resuming_for(job)
+        needed: list[ResumingNode] | None = None
+        if job.same_node and job.gpu_count > 1:
+            big_enough = [r for r in resuming if r.gpus >= job.gpu_count]
+            needed = big_enough[:1] or None
+        else:
+            for model in sorted({r.model for r in resuming}):
+                have, used = self.pool.total.get(model, 0), []
+                for node in (r for r in resuming if r.model == model):
+                    if have >= job.gpu_count:
+                        break
+                    used.append(node)
+                    have += node.gpus
+                sooner = needed is None or (used and used[-1].ready_at < needed[-1].ready_at)
+                if have >= job.gpu_count and used and sooner:
+                    needed = used
+        if not needed:
+            return None
+        minutes = max(1, math.ceil((needed[-1].ready_at - self.now) / 60))
+        names = ", ".join(r.node for r in needed)
+        subject = f"Node {names} is" if len(needed) == 1 else f"Nodes {names} are"
+        return PendingReason.POWERING_UP, f"{subject} powering up (about {minutes} min)."
+
     def _estimate(self, job: QueuedJob) -> float | None:
-        """When enough GPUs of the model will be free if running jobs use all their time."""
+        """When enough GPUs of the model will be free if running jobs use all their time, and
+        nodes powering up are on after their resume time."""
         best: float | None = None
-        for model in self._models_for(job.gpu_model):
-            if self.pool.capacity[model] < job.gpu_count:
+        resuming = self._resuming_for(job)
+        for model in self._estimate_models(job):
+            waking = [r for r in resuming if r.model == model]
+            if self.pool.capacity.get(model, 0) + sum(r.gpus for r in waking) < job.gpu_count:
                 continue
             free = self.pool.total.get(model, 0)
             if free >= job.gpu_count:
                 return self.now
-            times = sorted([*self.releases.get(model, []), *self.booking_releases.get(model, [])])
+            times = sorted(
+                [
+                    *self.releases.get(model, []),
+                    *self.booking_releases.get(model, []),
+                    *(r.ready_at for r in waking for _ in range(r.gpus)),
+                ]
+            )
             idx = job.gpu_count - free - 1
             if idx < len(times):
                 t = max(self.now, times[idx])

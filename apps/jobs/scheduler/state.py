@@ -31,6 +31,8 @@ class PendingReason(StrEnum):
     WAITING_FOR_PREEMPTION = "waiting_for_preemption"  # preempted jobs are being stopped for it
     # within its guarantee: over-quota jobs of other teams stop for it once they may
     RECLAIMING_GUARANTEE = "reclaiming_guarantee"
+    # not enough free GPUs now, but a node powering up brings enough
+    POWERING_UP = "powering_up"
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +44,16 @@ class GpuInfo:
     model: str
     nvlink_domain: str | None = None
     rack: str | None = None  # the node's ``labels["rack"]``: gangs prefer nodes of one rack
+
+
+@dataclass(frozen=True, slots=True)
+class ResumingNode:
+    """A node powering up (power saving): its GPUs take work from ``ready_at`` on."""
+
+    node: str
+    model: str
+    gpus: int
+    ready_at: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +125,8 @@ class ClusterState:
     quotas: list[TeamQuota] = field(default_factory=list)
     # Decayed GPU-seconds each team used recently (the fair-share history).
     usage: dict[str, float] = field(default_factory=dict)
+    # Nodes powering up: not schedulable yet, but "why pending" and estimates count them.
+    resuming: list[ResumingNode] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
