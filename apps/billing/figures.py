@@ -6,7 +6,7 @@ from decimal import Decimal
 import plotly.graph_objects as go
 from django.conf import settings
 
-from apps.billing import exports, selectors
+from apps.billing import energy, exports, selectors
 from apps.billing.choices import BUDGET_THRESHOLDS, PLATFORM_COST_CENTER
 from apps.billing.forecast import forecast
 from apps.billing.models import BillingPeriod, LedgerEntry
@@ -20,8 +20,9 @@ MONTHS_SHOWN = 6
 
 
 def cost_figures(*, period: BillingPeriod, teams: list, include_platform: bool, now) -> dict:
-    """Figures and numbers of the cost dashboard for the given teams (and the platform's idle
-    capacity when `include_platform`)."""
+    """Figures and numbers of the cost dashboard for the given teams (and, when
+    `include_platform`, the platform's idle capacity and the capacity powered down to save
+    energy: `powered_off`, per GPU model, with what it saved)."""
     team_ids = [t.pk for t in teams]
     totals = [
         t
@@ -33,12 +34,27 @@ def cost_figures(*, period: BillingPeriod, teams: list, include_platform: bool, 
         "total_cost": sum((t["cost"] for t in totals), Decimal(0)),
         "total_gpu_hours": sum((t["gpu_hours"] for t in totals), Decimal(0)),
         "has_data": any(t["gpu_hours"] or t["cost"] for t in totals),
+        "powered_off": _powered_off(period, now) if include_platform else None,
         "figures": {
             "cost-by-month": _by_month(period, team_ids, include_platform),
             "burn-down": _burn_down(period, teams, now),
             "by-model": _by_model(period, team_ids, include_platform),
             "over-quota": _over_quota(totals),
         },
+    }
+
+
+def _powered_off(period: BillingPeriod, now) -> dict:
+    """The month's powered-off GPU-hours and energy saved per GPU model, and their totals (up
+    to now in an open month)."""
+    start, end = month_bounds(period.month)
+    models = energy.powered_off_by_model(start, min(end, now)) if start < now else []
+    return {
+        "models": models,
+        "gpu_hours": sum((m.gpu_hours for m in models), Decimal(0)),
+        "energy_saved_kwh": sum((m.energy_saved_kwh for m in models), Decimal(0)),
+        "energy_saved_cost": sum((m.energy_saved_cost for m in models), Decimal(0)),
+        "unmeasured_gpus": sum(m.unmeasured_gpus for m in models),
     }
 
 

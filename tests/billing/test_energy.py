@@ -166,3 +166,23 @@ def test_powered_off_rows_pass_the_finops_foundation_validator(node, tmp_path, f
     # As for the demo month (tests/billing/test_focus.py): only the validator's own
     # contradiction fails.
     assert set(report.failed_rules) <= {"InvoiceId-C-004-C"}, report.output[-4000:]
+
+
+# -- the cost dashboard --------------------------------------------------------------------------
+
+
+def test_cost_dashboard_shows_powered_off_hours_and_energy_saved(node, client, finance_user,
+                                                                member, team):  # fmt: skip
+    power(node, OFF_10_TO_14)
+    meter_interval(start=NOV, end=NOV + timedelta(days=30), now=AFTER_NOV)
+    client.force_login(finance_user)
+    page = client.get("/billing/cost/?period=2026-11").content.decode()
+    section = page.split('data-testid="cost-powered-off"', 1)[1].split("</section>", 1)[0]
+    # 2 GPUs x 4 h; (60 + 80) W x 4 h = 0.56 kWh at 0.30 = 0.17 (0.168).
+    assert "8.0 GPU-hours powered off in 2026-11" in section
+    assert "0.6 kWh saved" in section and "0.17" in section
+    assert '<tr data-model="B200"><td>B200</td><td>8.0</td><td>0.560</td><td>0.17</td>' in section
+    # A member sees only their teams' costs: not the platform's capacity.
+    client.force_login(member)
+    page = client.get("/billing/cost/?period=2026-11").content.decode()
+    assert 'data-testid="cost-powered-off"' not in page
