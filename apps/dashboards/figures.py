@@ -289,7 +289,32 @@ def occupancy(filters: Filters) -> dict:
                     textposition="none",
                 )
             )
-    return {"has_data": bool(items), "count": len(items), "figures": {"gantt": figure_json(figure)}}
+    return {
+        "has_data": bool(items),
+        "count": len(items),
+        "figures": {"gantt": figure_json(figure), "capacity": _capacity(filters)},
+    }
+
+
+def _capacity(filters: Filters) -> dict:
+    """Demand (GPUs running plus GPUs queued jobs wait for, stacked) against the GPUs powered
+    on: where demand stays below the line, capacity could follow it down."""
+    data = selectors.capacity(filters)
+    x = _iso(data["times"])
+    figure = go.Figure(
+        layout={
+            **LAYOUT,
+            "xaxis": {"type": "date", "title": TIME_AXIS},
+            "yaxis": {"title": "GPUs (count)", "rangemode": "tozero"},
+        }
+    )
+    figure.add_scatter(x=x, y=data["running"], name="running", stackgroup="demand",
+                       line={"shape": "hv"})  # fmt: skip
+    figure.add_scatter(x=x, y=data["queued"], name="queued", stackgroup="demand",
+                       line={"shape": "hv"})  # fmt: skip
+    figure.add_scatter(x=x, y=data["powered_on"], name="powered on", mode="lines",
+                       line={"shape": "hv", "color": GREY, "width": 2})  # fmt: skip
+    return figure_json(figure)
 
 
 def fleet(filters: Filters) -> dict:

@@ -7,6 +7,9 @@ GPUs in SQL (one row per bucket and team); buckets are then merged so that no tr
 than `MAX_POINTS` points.
 """
 
+from apps.dashboards.selectors.capacity import (  # noqa: F401
+    capacity,
+)
 from apps.dashboards.selectors.filters import (  # noqa: F401
     MAX_POINTS,
     MAX_SPAN,
