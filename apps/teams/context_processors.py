@@ -1,5 +1,5 @@
 from apps.teams.choices import TeamRole
-from apps.teams.models import Membership
+from apps.teams.models import Membership, UnitMembership
 from apps.teams.permissions import is_finance, is_platform_admin
 
 
@@ -12,6 +12,7 @@ def roles(request) -> dict:
             "is_finance": False,
             "has_teams": False,
             "is_team_admin": False,
+            "is_unit_admin": False,
         }
     roles_held = set(
         Membership.objects.filter(user=user, team__is_active=True).values_list("role", flat=True)
@@ -22,4 +23,5 @@ def roles(request) -> dict:
         # Booking and submitting need a team; finance-only users get no "Reserve GPUs" link.
         "has_teams": bool(roles_held),
         "is_team_admin": TeamRole.TEAM_ADMIN in roles_held,
+        "is_unit_admin": UnitMembership.objects.filter(user=user).exists(),
     }

@@ -3,7 +3,7 @@ from django.core.exceptions import ValidationError
 
 from apps.fleet.models import GpuModel
 from apps.teams.choices import TeamRole
-from apps.teams.models import Team, User
+from apps.teams.models import OrgUnit, Team, User
 from apps.teams.services import quota_numbers_check
 from portal.timezones import zone_names
 
@@ -56,9 +56,18 @@ class TeamCreateForm(forms.Form):
     )
     name = forms.CharField(max_length=200)
     cost_center = forms.CharField(max_length=64, required=False, label="Cost center")
+    unit = forms.ModelChoiceField(
+        queryset=OrgUnit.objects.none(),
+        to_field_name="slug",
+        label="Organisation unit",
+        required=False,
+        empty_label="the organisation (root)",
+        help_text="Where the team sits in the organisation tree.",
+    )
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, units=None, **kwargs):
         super().__init__(*args, **kwargs)
+        self.fields["unit"].queryset = units if units is not None else OrgUnit.objects.none()
         self.quota_rows = []
         for model in [*GpuModel.objects.order_by("name"), None]:
             key = model.pk if model else "any"
@@ -104,6 +113,7 @@ class TeamCreateForm(forms.Form):
             "slug": data["slug"],
             "name": data["name"],
             "cost_center": data.get("cost_center", ""),
+            "unit": data.get("unit"),
             "quotas": data["quotas"],
         }
 

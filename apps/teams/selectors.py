@@ -1,3 +1,4 @@
+from collections import defaultdict
 from datetime import datetime
 
 from django.db.models import Count, Q, QuerySet
@@ -5,7 +6,7 @@ from django.utils import timezone
 
 from apps.fleet.models import Gpu, GpuModel
 from apps.teams.choices import GlobalRole, TeamRole
-from apps.teams.models import Membership, OrgUnit, Quota, Team, User
+from apps.teams.models import Membership, OrgUnit, Quota, Team, UnitMembership, UnitQuota, User
 from apps.teams.org_tree import OrgTree
 from apps.teams.quota_rule import QuotaRow, QuotaRule
 from portal import queries
@@ -158,3 +159,68 @@ def unit_path(unit: OrgUnit, *, tree: OrgTree | None = None) -> list[OrgUnit]:
 def unit_path_label(unit: OrgUnit, *, tree: OrgTree | None = None) -> str:
     """How pages, statements and exports name a unit: its path, "Organisation / Research"."""
     return " / ".join(u.name for u in unit_path(unit, tree=tree))
+
+
+def unit_overview(*, user) -> list[dict]:
+    """The units the user may see, in tree order (parents first, children by name), each with
+    its depth, path label, admins, the visible teams directly in it, its quotas beside what
+    is guaranteed directly below it per GPU model, and what the user may do there."""
+    units = {unit.pk: unit for unit in OrgUnit.objects.for_user(user)}
+    if not units:
+        return []
+    every = dict(OrgUnit.objects.values_list("pk", "parent_id"))
+    names = dict(OrgUnit.objects.values_list("pk", "name"))
+    tree = OrgTree(every, {})
+    managed = set(OrgUnit.objects.managed_by(user).values_list("pk", flat=True))
+    admins: dict[int, list[str]] = defaultdict(list)
+    for unit_id, username in UnitMembership.objects.filter(unit__in=units).values_list(
+        "unit_id", "user__username"
+    ):
+        admins[unit_id].append(username)
+    teams: dict[int, list[Team]] = defaultdict(list)
+    for team in Team.objects.for_user(user).filter(unit__in=units).order_by("slug"):
+        teams[team.unit_id].append(team)
+    quotas: dict[int, list[UnitQuota]] = defaultdict(list)
+    for row in UnitQuota.objects.filter(unit__in=units).select_related("gpu_model"):
+        quotas[row.unit_id].append(row)
+    below = _guaranteed_directly_below(units)
+    rows: list[dict] = []
+
+    def visit(pk: int, depth: int) -> None:
+        unit = units[pk]
+        rows.append(
+            {
+                "unit": unit,
+                "depth": depth,
+                "path": " / ".join(names[p] for p in tree.path(pk)),
+                "admins": admins[pk],
+                "teams": teams[pk],
+                "quotas": [
+                    {"row": row, "below": below.get((pk, row.gpu_model_id), 0)}
+                    for row in quotas[pk]
+                ],
+                "can_manage": pk in managed,
+                "can_set_quota": user.is_platform_admin or unit.parent_id in managed,
+            }
+        )
+        for child in sorted(tree.children(pk) & units.keys(), key=lambda c: names[c]):
+            visit(child, depth + 1)
+
+    tops = [pk for pk, unit in units.items() if unit.parent_id not in units]
+    for top in sorted(tops, key=lambda pk: names[pk]):
+        visit(top, 0)
+    return rows
+
+
+def _guaranteed_directly_below(units) -> dict[tuple[int, int | None], int]:
+    """Per (unit id, GPU model id or None): the guarantees of its teams and child units."""
+    totals: dict[tuple[int, int | None], int] = defaultdict(int)
+    for unit_id, model_id, guaranteed in Quota.objects.filter(team__unit__in=units).values_list(
+        "team__unit_id", "gpu_model_id", "guaranteed"
+    ):
+        totals[(unit_id, model_id)] += guaranteed
+    for unit_id, model_id, guaranteed in UnitQuota.objects.filter(
+        unit__parent__in=units
+    ).values_list("unit__parent_id", "gpu_model_id", "guaranteed"):
+        totals[(unit_id, model_id)] += guaranteed
+    return totals

@@ -194,7 +194,7 @@ def quota_delete(*, quota: Quota, actor) -> None:
 
 
 # Team pages live at /teams/<slug>/: these slugs would hide the portal's own pages there.
-RESERVED_TEAM_SLUGS = frozenset({"new", "token", "platform-admins"})
+RESERVED_TEAM_SLUGS = frozenset({"new", "token", "platform-admins", "units", "me"})
 
 
 @transaction.atomic

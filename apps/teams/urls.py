@@ -1,11 +1,18 @@
 from django.urls import path
 
-from apps.teams import token_views, views
+from apps.teams import token_views, unit_views, views
 
 app_name = "teams"
 urlpatterns = [
     path("", views.team_list_view, name="team-list"),
     path("new/", views.team_create_view, name="team-create"),
+    path("units/", unit_views.unit_list_view, name="unit-list"),
+    path("units/<slug:slug>/", unit_views.unit_detail_view, name="unit-detail"),
+    path(
+        "units/<slug:slug>/admins/<str:username>/remove/",
+        unit_views.unit_admin_remove_view,
+        name="unit-admin-remove",
+    ),
     path("platform-admins/", views.platform_admins_view, name="platform-admins"),
     path("token/", token_views.api_token_list_view, name="api-token"),
     path("me/time-zone/", views.time_zone_view, name="time-zone"),

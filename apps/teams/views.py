@@ -18,8 +18,13 @@ from apps.teams.forms import (
     TeamCreateForm,
     TimeZoneForm,
 )
-from apps.teams.models import Team
-from apps.teams.permissions import can_manage_team, is_finance, is_platform_admin
+from apps.teams.models import OrgUnit, Team
+from apps.teams.permissions import (
+    can_manage_team,
+    can_set_team_quota,
+    is_finance,
+    is_platform_admin,
+)
 from apps.teams.services import quota_set
 from portal.exceptions import ApplicationError, show_on_form
 from portal.formatting import format_count, format_when
@@ -35,10 +40,14 @@ def team_list_view(request):
 
 @login_required
 def team_create_view(request):
-    """Platform admins create a team, with its quotas if they know them already."""
-    if not is_platform_admin(request.user):
-        raise PermissionDenied("Only platform admins may create teams.")
-    form = TeamCreateForm(request.POST or None)
+    """Platform admins and unit admins (in their units) create a team, with its quotas if
+    they know them already."""
+    units = OrgUnit.objects.managed_by(request.user).order_by("slug")
+    if not units.exists():
+        raise PermissionDenied("Only platform admins and unit admins may create teams.")
+    form = TeamCreateForm(
+        request.POST or None, units=units, initial={"unit": request.GET.get("unit", "")}
+    )
     if request.method == "POST" and form.is_valid():
         try:
             team = services.team_create(actor=request.user, **form.service_kwargs())
@@ -86,6 +95,8 @@ def team_detail_view(request, slug: str):
             ),
             "efficiency_days": getattr(settings, "EFFICIENCY_WINDOW_DAYS", 30),
             "can_manage": can_manage,
+            "unit_path": selectors.unit_path_label(team.unit),
+            "unit_visible": OrgUnit.objects.for_user(request.user).filter(pk=team.unit_id).exists(),
             "form": form,
             "roles": TeamRole.choices,
             "quota_rows": selectors.quota_table(teams=[team]),
@@ -166,16 +177,24 @@ def _posted_quota(form: QuotaForm, rows: list[dict]) -> dict | None:
 
 
 @login_required
-@login_required
 def quota_admin_view(request):
-    """Platform admins edit quotas inline; finance reads. Over-committed guarantees warn."""
-    can_edit = is_platform_admin(request.user)
-    if not (can_edit or is_finance(request.user)):
-        raise PermissionDenied("Only platform admins and finance can see all quotas.")
+    """Platform admins edit quotas inline, unit admins those of the teams below their units;
+    finance reads. Over-committed guarantees warn."""
+    editable = Team.objects.filter(unit__in=OrgUnit.objects.managed_by(request.user)).order_by(
+        "slug"
+    )
+    can_edit = editable.exists()
+    sees_all = is_platform_admin(request.user) or is_finance(request.user)
+    if not (can_edit or sees_all):
+        raise PermissionDenied("Only platform admins, unit admins and finance can see quotas.")
     form = QuotaForm(request.POST or None)
     if request.method == "POST":
         if not can_edit:
-            raise PermissionDenied("Only platform admins may change quotas.")
+            raise PermissionDenied("Only platform admins and unit admins may change quotas.")
+        team = Team.objects.filter(slug=form.data.get("team", "")).first()
+        if team is not None and not can_set_team_quota(request.user, team):
+            raise PermissionDenied("You may not change this team's quotas.")
+        form.fields["team"].queryset = editable
         if form.is_valid():
             data = form.cleaned_data
             try:
@@ -191,7 +210,10 @@ def quota_admin_view(request):
             else:
                 messages.success(request, f"Quota of {data['team'].slug} saved.")
                 return redirect("quotas")
-    rows = selectors.quota_table()
+    rows = selectors.quota_table(teams=None if sees_all else editable)
+    editable_slugs = {team.slug for team in editable}
+    for row in rows:
+        row["editable"] = row["team"].slug in editable_slugs
     new_posted = _posted_quota(form, rows) if form.is_bound and form.errors else None
     pressure = selectors.guarantee_pressure()
     for row in pressure:
@@ -211,7 +233,7 @@ def quota_admin_view(request):
             "form": form,
             "can_edit": can_edit,
             "pressure": pressure,
-            "teams": Team.objects.order_by("slug"),
+            "teams": editable if can_edit else Team.objects.none(),
             "gpu_models": GpuModel.objects.order_by("name"),
             "history": audit_event_list(object_type="teams.quota")[:20],
         },
