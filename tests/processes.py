@@ -38,10 +38,14 @@ def spawn_agent(
     gpus: int = 4,
     profile: str = "idle",
     job_dir: Path | None = None,
+    power_dir: Path | None = None,
     stderr=subprocess.DEVNULL,
 ) -> subprocess.Popen:
-    """A simulated node agent serving `node.<hostname>`."""
-    env = agent_environment(**({"AGENT_JOB_DIR": str(job_dir)} if job_dir else {}))
+    """A simulated node agent serving `node.<hostname>` (its power switch under `power_dir`)."""
+    extra = {"AGENT_JOB_DIR": str(job_dir)} if job_dir else {}
+    if power_dir:
+        extra["AGENT_POWER_DIR"] = str(power_dir)
+    env = agent_environment(**extra)
     command = [sys.executable, "-m", "workers.agent", "--backend", "simulated"]
     command += ["--hostname", hostname, "--gpus", str(gpus), "--profile", profile]
     command += ["--loglevel", "WARNING"]

@@ -259,7 +259,11 @@ def job_demands(*, now: datetime) -> tuple[list[power_rules.Demand], list[power_
         if taken is not None:
             free[taken] -= job.gpu_count
             continue
-        demand = power_rules.Demand(gpus=job.gpu_count, model=model)
+        # What the free GPUs of its model do not cover (a gang waits for them together).
+        short = job.gpu_count - (free[model] if model else 0)
+        if model:
+            free[model] = 0
+        demand = power_rules.Demand(gpus=short, model=model)
         (guarantee if job.pending_reason in GUARANTEE_REASONS else other).append(demand)
     return guarantee, other
 
