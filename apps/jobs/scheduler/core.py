@@ -439,8 +439,7 @@ def engine_from_state(
     for run in state.running:
         engine.add_running(run)
     engine.add_bookings(state.bookings, state.now)
-    for job in state.queued:
-        engine.enqueue(job)
+    engine.enqueue_many(state.queued)
     engine.resuming = list(state.resuming)
     return engine
 

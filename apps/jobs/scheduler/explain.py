@@ -36,6 +36,9 @@ class ExplainMixin:
         waiting = {p.job_id for p in self.decision.pending}
         fits_cache: dict[tuple, bool] = {}
         estimates: dict[tuple, float | None] = {}
+        # The answer depends on the job's shape, not on the job: a team's thousand identical
+        # jobs are explained once (a cycle with 100,000 queued jobs has a few thousand shapes).
+        reasons: dict[tuple, tuple[PendingReason, str]] = {}
         # Nothing changes while explaining: order the models once.
         self._frozen_models = self._models_for(None)
         append = self.decision.pending.append
@@ -44,7 +47,18 @@ class ExplainMixin:
                 continue
             pending = self.explained.get(job.job_id)
             if pending is None:
-                reason, message = self._why(job, fits_cache)
+                why = (
+                    job.team,
+                    job.gpu_model,
+                    job.gpu_count,
+                    job.same_node,
+                    job.priority_class,
+                    # the bookings-window check reads the job's runtime
+                    job.max_runtime if job.team in self.quotas.later else None,
+                )
+                if why not in reasons:
+                    reasons[why] = self._why(job, fits_cache)
+                reason, message = reasons[why]
             else:
                 reason, message = pending.reason, pending.message
                 if pending.estimated_start is not None:  # a reclaim knows when it lands

@@ -209,6 +209,8 @@ class FreePool:
                 if group is not None:
                     groups[group].append(node)
             for group in sorted(groups):
+                if sum(len(per_node[node]) for node in groups[group]) < count:
+                    continue  # too few free GPUs in the group: greedy would find nothing
                 picks = greedy(groups[group])
                 if picks is not None and len({self.info[g].node for g in picks}) <= fewest:
                     return picks

@@ -24,18 +24,23 @@ class QuotaBook:
         # team -> (model, guarantee) -> room: the scheduler asks for every candidate and
         # victim, the answer changes only when the team takes or gives GPUs back.
         self._room: dict[str, dict[tuple[str, bool], int]] = {}
+        # team -> ((start, grace), its bookings and running jobs as Holdings) for fits_window;
+        # dropped, like the room, when the team takes or gives GPUs back.
+        self._window: dict[str, tuple[tuple[float, float], Holdings]] = {}
 
     def take(self, team: str, model: str, count: int) -> None:
         used = self.used
         used[(team, model)] += count
         used[(team, None)] += count
         self._room.pop(team, None)
+        self._window.pop(team, None)
 
     def give(self, team: str, model: str, count: int) -> None:
         used = self.used
         used[(team, model)] -= count
         used[(team, None)] -= count
         self._room.pop(team, None)
+        self._window.pop(team, None)
 
     def room(self, team: str, model: str, *, guarantee: bool) -> int:
         """GPUs of ``model`` the team may take now (within its guarantee when ``guarantee``)."""
@@ -74,6 +79,7 @@ class QuotaBook:
 
     def book(self, booking: Booking, model: str, now: float) -> None:
         """A booking's GPU: counted now while the booking is active, and by ``fits_window``."""
+        self._window.pop(booking.team, None)
         spans = self.booked.setdefault(booking.team, {})
         span = spans.get(booking.reservation_id)
         if span is None:
@@ -102,13 +108,18 @@ class QuotaBook:
         running jobs (each held until its maximum runtime ends): the window the bookings'
         admission checks. Only teams with a booking ahead (``later``) need it; for the others
         the most they hold over any window is what they hold now."""
-        holdings = Holdings()
-        for s, e, m, n in self.booked.get(team, {}).values():
-            holdings.add(team, m, s, e, n)
-        for run in running:
-            if run.team == team and run.reservation_id is None:
-                ends = job_held_until(run.started_at + run.max_runtime, start, grace)
-                holdings.add(team, run.model, run.started_at, ends, len(run.gpu_ids))
+        cached = self._window.get(team)
+        if cached is not None and cached[0] == (start, grace):
+            holdings = cached[1]
+        else:
+            holdings = Holdings()
+            for s, e, m, n in self.booked.get(team, {}).values():
+                holdings.add(team, m, s, e, n)
+            for run in running:
+                if run.team == team and run.reservation_id is None:
+                    ends = job_held_until(run.started_at + run.max_runtime, start, grace)
+                    holdings.add(team, run.model, run.started_at, ends, len(run.gpu_ids))
+            self._window[team] = ((start, grace), holdings)
         verdict = self.rule.verdict(
             team, model, count, lambda row: holdings.peak(team, row.model, start, end)
         )
