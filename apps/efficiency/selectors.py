@@ -214,7 +214,8 @@ def reservation_figures(*, reservations, now: datetime | None = None, **_) -> di
     """Hook `reservations.figures`: efficiency and cost so far of each booking."""
     now = now or timezone.now()
     started = [r for r in reservations if r.start <= now]
-    efficiency = bookings_efficiency(started, end=now)
+    # A booking made for later (every new one, on the booking path) has no figures yet.
+    efficiency = bookings_efficiency(started, end=now) if started else {}
     costs = cost_by_source(source=ChargeSource.RESERVATION, ids=[r.pk for r in reservations])
     return {
         r.pk: {

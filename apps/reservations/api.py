@@ -1,6 +1,6 @@
 from datetime import timedelta
 
-from django.db.models import Prefetch
+from django.db.models import Prefetch, prefetch_related_objects
 from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema, extend_schema_field, extend_schema_view
@@ -99,6 +99,13 @@ class ReservationSerializer(serializers.Serializer):
         ).data
 
 
+def _active_holdings() -> Prefetch:
+    return Prefetch(
+        "holdings",
+        queryset=ReservationGpu.objects.filter(active=True).select_related("gpu__node"),
+    )
+
+
 class ReservationInputSerializer(serializers.Serializer):
     team = UserTeamField()
     gpu_model = GpuModelField()
@@ -149,12 +156,7 @@ class ReservationViewSet(
     def get_queryset(self):
         return (
             selectors.reservation_list(user=self.request.user)
-            .prefetch_related(
-                Prefetch(
-                    "holdings",
-                    queryset=ReservationGpu.objects.filter(active=True).select_related("gpu__node"),
-                )
-            )
+            .prefetch_related(_active_holdings())
             .order_by("-start", "-id")
         )
 
@@ -169,6 +171,13 @@ class ReservationViewSet(
         reservation = selectors.with_figures([self.get_queryset().get(pk=reservation.pk)])[0]
         return Response(ReservationSerializer(reservation).data, status=code)
 
+    def _reply_created(self, reservation):
+        """The new booking as the service returned it (its team, model and booker are already
+        loaded): only its GPUs and the higher apps' figures are read."""
+        prefetch_related_objects([reservation], _active_holdings())
+        reservation = selectors.with_figures([reservation])[0]
+        return Response(ReservationSerializer(reservation).data, status=status.HTTP_201_CREATED)
+
     @extend_schema(
         summary="Book GPUs",
         request=ReservationInputSerializer,
@@ -178,7 +187,7 @@ class ReservationViewSet(
         data = ReservationInputSerializer(data=request.data, context={"request": request})
         data.is_valid(raise_exception=True)
         reservation = services.reservation_create(user=request.user, **data.validated_data)
-        return self._reply(reservation, status.HTTP_201_CREATED)
+        return self._reply_created(reservation)
 
     @extend_schema(
         summary="Cancel a reservation",

@@ -1,0 +1,166 @@
+"""The booking path's cost and its GPU picking: a fixed number of queries per booking, however
+large the fleet, and the one-query pick choosing exactly the GPUs a pick over every free GPU
+would."""
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from apps.fleet.choices import GpuHealth, GpuStatus, NodeStatus, PowerState
+from apps.fleet.models import Gpu, MaintenanceWindow, Node
+from apps.jobs.choices import JobStatus
+from apps.jobs.models import JobAllocation
+from apps.reservations import availability, picking, selectors
+from apps.reservations.availability import GpuInfo
+from apps.reservations.models import ReservationGpu
+from tests.conftest import client_for
+from tests.factories import JobFactory, ReservationFactory, make_node_with_gpus
+from tests.reservations.conftest import booking
+
+pytestmark = pytest.mark.django_db
+
+URL = "/api/v1/reservations/"
+# Team and model lookups, membership, fleet size; begin, quota rows locked, the team's holdings
+# and running jobs, the budget's period, running jobs of the model, the powered-down nodes ready
+# by the start, the booking's row, the picking lock with the pick, the holdings, commit; the
+# reply's GPUs and figures.
+QUERIES_PER_BOOKING = 17
+
+
+@pytest.mark.parametrize("nodes", [2, 12])
+def test_a_booking_costs_the_same_few_queries_whatever_the_fleet(
+    django_assert_max_num_queries, member, team, quotas, h100, tomorrow_9, nodes
+):
+    for i in range(nodes - 2):
+        make_node_with_gpus(f"h100-extra-{i:02d}", 8)
+    api = client_for(member)
+    # Earlier bookings of the team and the model, which the quota and the pick read past.
+    for hour in range(3):
+        start = tomorrow_9 + timedelta(hours=hour)
+        assert api.post(URL, booking(count=3, start=start), format="json").status_code == 201
+    with django_assert_max_num_queries(QUERIES_PER_BOOKING):
+        response = api.post(URL, booking(count=4, start=tomorrow_9), format="json")
+    assert response.status_code == 201, response.json()
+    body = response.json()
+    assert len(body["gpus"]) == 4 and len({g["node"] for g in body["gpus"]}) == 1
+    assert body["cost"] is not None and body["efficiency"] is None
+
+
+def test_a_lost_race_on_the_exclusion_constraint_is_rolled_back_and_booked_again(
+    monkeypatch, member, team, quotas, h100, tomorrow_9
+):
+    """A writer outside the picking lock (an extension, a relocation) took the GPU the first
+    attempt picked: the database refuses the holding, nothing of that attempt stays, and the
+    second attempt books a GPU that is free."""
+    from apps.reservations.services import reservation_create
+
+    end = tomorrow_9 + timedelta(hours=2)
+    taken = reservation_create(
+        team=team, user=member, gpu_model=h100, count=1, start=tomorrow_9, end=end
+    )
+    taken_gpu = taken.holdings.get().gpu
+    real_pick = picking.FreeGpus.on_best_fitting_node
+    calls = []
+
+    def stale_pick(free, count, **kwargs):
+        calls.append(count)
+        if len(calls) == 1:  # as read before the other writer committed
+            return [GpuInfo(node=taken_gpu.node.hostname, index=taken_gpu.index, id=taken_gpu.pk)]
+        return real_pick(free, count, **kwargs)
+
+    monkeypatch.setattr(picking.FreeGpus, "on_best_fitting_node", stale_pick)
+    second = reservation_create(
+        team=team, user=member, gpu_model=h100, count=1, start=tomorrow_9, end=end
+    )
+    assert len(calls) == 2
+    assert second.holdings.get().gpu_id != taken_gpu.pk
+    assert ReservationGpu.objects.filter(active=True).count() == 2
+    assert set(team.reservations.values_list("pk", flat=True)) == {taken.pk, second.pk}
+
+
+@pytest.fixture
+def messy_fleet(fleet, team, member, h100, tomorrow_9):
+    """Eight H100 nodes with every reason a GPU is not free over tomorrow 9:00-11:00: booked,
+    drained, unhealthy, a node down, a node in maintenance, a running job, a node that did not
+    power on; and a MIG slice. A node powered off to save energy can be woken by then."""
+    for hostname in ("h100-c", "h100-d", "h100-e", "h100-f", "h100-g", "h100-h"):
+        make_node_with_gpus(hostname, 8)
+    Node.objects.filter(hostname="h100-g").update(power_state=PowerState.OFF)
+    Node.objects.filter(hostname="h100-h").update(power_state=PowerState.RESUME_FAILED)
+    window = (tomorrow_9, tomorrow_9 + timedelta(hours=2))
+    gpus = {(g.node.hostname, g.index): g for g in Gpu.objects.select_related("node")}
+    held = ReservationFactory(team=team, created_by=member, gpu_model=h100, status="scheduled")
+    for index in (0, 1, 2):  # h100-a keeps 5 free
+        ReservationGpu.objects.create(
+            reservation=held, gpu=gpus["h100-a", index], start=window[0], end=window[1]
+        )
+    # h100-b: a holding that ends as the window starts does not hold it; an inactive one
+    # (cancelled) neither.
+    ReservationGpu.objects.create(
+        reservation=held, gpu=gpus["h100-b", 0], start=window[0] - timedelta(hours=1),
+        end=window[0],
+    )  # fmt: skip
+    ReservationGpu.objects.create(
+        reservation=held, gpu=gpus["h100-b", 1], start=window[0], end=window[1], active=False
+    )
+    Gpu.objects.filter(pk=gpus["h100-c", 0].pk).update(status=GpuStatus.DRAINED)
+    Gpu.objects.filter(pk=gpus["h100-c", 1].pk).update(health=GpuHealth.DEGRADED)
+    Gpu.objects.create(
+        node=gpus["h100-c", 2].node, index=2, uuid="MIG-h100-c-2-a", model=h100,
+        mig_parent=gpus["h100-c", 2], mig_profile="1g.10gb",
+    )  # fmt: skip
+    Node.objects.filter(hostname="h100-d").update(status=NodeStatus.UNREACHABLE)
+    MaintenanceWindow.objects.create(
+        node=gpus["h100-e", 0].node, start=window[1] - timedelta(minutes=15),
+        end=window[1] + timedelta(hours=1), reason="firmware",
+    )  # fmt: skip
+    now = timezone.now()
+    job = JobFactory(
+        team=team, status=JobStatus.RUNNING, gpu_count=3, max_runtime_seconds=3 * 86400,
+        started_at=now,
+    )  # fmt: skip
+    for index in (0, 1, 2, 3):  # h100-f keeps 4 free
+        JobAllocation.objects.create(job=job, gpu=gpus["h100-f", index], start=now)
+    return window
+
+
+def _held_by_jobs(h100, window):
+    return {
+        gpu_id
+        for gpu_id, _, _ in selectors.busy_elsewhere(start=window[0], end=window[1], gpu_model=h100)
+    }
+
+
+@pytest.mark.parametrize(("count", "node"), [(1, "h100-f"), (4, "h100-f"), (5, "h100-a")])
+@pytest.mark.parametrize("same_node", [False, True])
+def test_the_one_query_pick_books_what_a_pick_over_every_free_gpu_would(
+    messy_fleet, h100, count, node, same_node
+):
+    start, end = messy_fleet
+    held = _held_by_jobs(h100, messy_fleet)
+    every_free = selectors.schedulable_gpus(gpu_model=h100, free_from=start, free_until=end)
+    free = picking.FreeGpus.of(gpu_model=h100, start=start, end=end, held_elsewhere=held)
+    assert sorted(free.all()) == sorted(every_free)
+    candidates = free.on_best_fitting_node(count)
+    assert {g.node for g in candidates} == {node}
+    picked = availability.pick_gpus(candidates, count, same_node=same_node)
+    assert picked == availability.pick_gpus(every_free, count, same_node=same_node)
+    assert len(picked) == count
+
+
+def test_free_gpus_per_node_and_no_candidates_when_no_node_fits(messy_fleet, h100):
+    start, end = messy_fleet
+    held = _held_by_jobs(h100, messy_fleet)
+    # Free: h100-a 5, h100-b 8, h100-c 6 (one drained, one degraded; a MIG slice is no whole
+    # GPU), h100-f 4, h100-g 8 (off, woken for it); h100-d is down, h100-e in maintenance,
+    # h100-h did not power on.
+    free = picking.FreeGpus.of(gpu_model=h100, start=start, end=end, held_elsewhere=held)
+    every_free = free.all()
+    by_node = {n: sum(g.node == n for g in every_free) for n in {g.node for g in every_free}}
+    assert by_node == {"h100-a": 5, "h100-b": 8, "h100-c": 6, "h100-f": 4, "h100-g": 8}
+    assert free.on_best_fitting_node(9) == []
+    # Taking the lock in the same round trip reads the same rows.
+    assert sorted(free.on_best_fitting_node(8, after_lock=(1, 2))) == sorted(
+        g for g in every_free if g.node == "h100-b"
+    )
