@@ -3,7 +3,9 @@
 A statement is built from the same detail lines as the exports (`exports.export_lines`), so its
 lines by GPU model and source, its idle and over-quota shares, its adjustments and its total
 equal the CSV, XLSX, JSON and FOCUS exports of the month to the cent. An open month's statement
-is a draft: its invoice id says so, and the page and the file say so at the top.
+is a draft: its invoice id says so, and the page and the file say so at the top. Beside the
+charges, a statement notes the fleet's capacity powered down that month to save energy, which
+nobody was charged for (`energy.py`).
 """
 
 import io
@@ -13,11 +15,14 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 
 from django.conf import settings
+from django.utils import timezone
 
 from apps.billing.choices import ChargeSource
+from apps.billing.energy import powered_off_by_model
 from apps.billing.exports import DETAIL, ExportScope, export_lines, gpu_hours
 from apps.billing.invoices import invoice_id
 from apps.billing.models import Adjustment, BillingPeriod, Budget
+from apps.billing.periods import month_bounds
 from apps.teams.models import Team
 
 
@@ -68,6 +73,9 @@ class Statement:
     adjustments: list[StatementAdjustment] = field(default_factory=list)
     budget: Budget | None = None
     currency: str = ""
+    # The fleet's GPU-hours powered down this month and the energy and money that saved
+    # (`fleet_powered_off`); None when no node was
+    powered_off: dict | None = None
 
     @property
     def draft(self) -> bool:
@@ -148,6 +156,9 @@ def _build(period: BillingPeriod, teams: list, *, team_id: int | None) -> list[S
     by_team = {team.pk: Statement(period=period, team=team, currency=currency) for team in teams}
     if period.pk is None:
         return list(by_team.values())
+    powered_off = fleet_powered_off(period)
+    for statement in by_team.values():
+        statement.powered_off = powered_off
     groups: dict[tuple, StatementLine] = {}
     adjustment_amounts: dict[tuple, Decimal] = {}
     labels: dict[int, str] = {}
@@ -176,6 +187,21 @@ def _build(period: BillingPeriod, teams: list, *, team_id: int | None) -> list[S
     for budget in budgets:
         by_team[budget.team_id].budget = budget
     return list(by_team.values())
+
+
+def fleet_powered_off(period: BillingPeriod) -> dict | None:
+    """The fleet's GPU-hours powered down in the month (up to now while it is open), the energy
+    saved and its price, summed over GPU models; None when no node was powered down."""
+    start, end = month_bounds(period.month)
+    now = timezone.now()
+    models = powered_off_by_model(start, min(end, now)) if start < now else []
+    if not models:
+        return None
+    return {
+        "gpu_hours": sum((m.gpu_hours for m in models), Decimal(0)),
+        "energy_saved_kwh": sum((m.energy_saved_kwh for m in models), Decimal(0)),
+        "energy_saved_cost": sum((m.energy_saved_cost for m in models), Decimal(0)),
+    }
 
 
 def _attach_adjustments(

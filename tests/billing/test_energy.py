@@ -186,3 +186,25 @@ def test_cost_dashboard_shows_powered_off_hours_and_energy_saved(node, client, f
     client.force_login(member)
     page = client.get("/billing/cost/?period=2026-11").content.decode()
     assert 'data-testid="cost-powered-off"' not in page
+
+
+# -- statements ----------------------------------------------------------------------------------
+
+
+def test_a_statement_notes_the_fleets_powered_off_capacity(node, november, client, finance_user):
+    power(node, OFF_10_TO_14)
+    client.force_login(finance_user)
+    page = client.get("/billing/statements/2026-11/vision/").content.decode()
+    note = page.split('data-testid="statement-powered-off">', 1)[1].split("</p>", 1)[0]
+    # vision's own charges do not change (its booking, 15.00); the fleet's 8 GPU-hours off
+    # saved (60 + 80) W x 4 h = 0.56 kWh, 0.17 at 0.30 per kWh.
+    assert "8.0 GPU-hours were powered off in 2026-11" in note
+    assert "saving 0.6 kWh" in note and "0.17" in note
+    assert 'data-testid="statement-total">15.00' in page
+
+
+def test_without_powered_off_capacity_a_statement_has_no_note(node, november, client,
+                                                             finance_user):  # fmt: skip
+    client.force_login(finance_user)
+    page = client.get("/billing/statements/2026-11/vision/").content.decode()
+    assert 'data-testid="statement-powered-off"' not in page
