@@ -39,6 +39,7 @@ class ExplainMixin:
         # The answer depends on the job's shape, not on the job: a team's thousand identical
         # jobs are explained once (a cycle with 100,000 queued jobs has a few thousand shapes).
         reasons: dict[tuple, tuple[PendingReason, str]] = {}
+        has_quota: dict[tuple, bool] = {}  # (team, model asked for) -> a row covers a model
         # Nothing changes while explaining: order the models once.
         self._frozen_models = self._models_for(None)
         append = self.decision.pending.append
@@ -64,9 +65,12 @@ class ExplainMixin:
                 if pending.estimated_start is not None:  # a reclaim knows when it lands
                     append(pending)
                     continue
-            if reason == PendingReason.BEYOND_QUOTA or not any(
-                self.quotas.rule.rows_for(job.team, m) for m in self._estimate_models(job)
-            ):
+            covered = (job.team, job.gpu_model)
+            if covered not in has_quota:
+                has_quota[covered] = any(
+                    self.quotas.rule.rows_for(job.team, m) for m in self._estimate_models(job)
+                )
+            if reason == PendingReason.BEYOND_QUOTA or not has_quota[covered]:
                 # Free GPUs say nothing about when the quota changes.
                 append(Pending(job.job_id, reason, message, None))
                 continue
