@@ -128,22 +128,27 @@ def _feasible_starts(
     horizon: int,
     slot: int,
 ) -> list[tuple[int, int]]:
-    """Grid ranges [lo, hi] of starts t with [t, t + duration) clear of `intervals`."""
+    """Grid ranges [lo, hi] of starts t with [t, t + duration) clear of `intervals`.
+
+    The search runs this for every GPU of the model, so the grid arithmetic is written out
+    (`ceil_to_grid`, `floor_to_grid`) rather than called."""
     ranges = []
     cursor = after
     for busy_start, busy_end in sorted(intervals):
         if busy_end <= cursor:
             continue
-        lo = ceil_to_grid(cursor, slot)
-        hi = min(floor_to_grid(busy_start - duration, slot), horizon)
+        lo = -(-cursor // slot) * slot
+        hi = (busy_start - duration) // slot * slot
+        if hi > horizon:
+            hi = horizon
         if lo <= hi:
             ranges.append((lo, hi))
-        cursor = max(cursor, busy_end)
+        cursor = busy_end
         if cursor > horizon:
             return ranges
-    lo, hi = ceil_to_grid(cursor, slot), horizon
-    if lo <= hi:
-        ranges.append((lo, hi))
+    lo = -(-cursor // slot) * slot
+    if lo <= horizon:
+        ranges.append((lo, horizon))
     return ranges
 
 

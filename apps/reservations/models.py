@@ -106,7 +106,22 @@ class ReservationGpu(models.Model):
                 fields=["gpu", "end", "start"],
                 condition=Q(active=True),
                 name="holding_active_gpu_time_idx",
-            )
+            ),
+            # The availability search reads every GPU's holdings over a window, then the next
+            # stretch of time (starts in [t, u)): by start, and by end so that past holdings
+            # are skipped; covering, so that neither reads the table.
+            models.Index(
+                fields=["start"],
+                condition=Q(active=True),
+                include=["gpu", "end"],
+                name="holding_active_start_idx",
+            ),
+            models.Index(
+                fields=["end"],
+                condition=Q(active=True),
+                include=["gpu", "start"],
+                name="holding_active_end_idx",
+            ),
         ]
         constraints = [
             models.CheckConstraint(

@@ -218,6 +218,7 @@ def availability_search(
     lookahead = max(INITIAL_LOOKAHEAD, 4 * duration)
     busy: dict[int, list[Interval]] = defaultdict(list, powered_down_busy(gpus))
     loaded_until = None
+    search_from = first
     while True:
         until = min(last, availability.floor_to_grid(first + availability.seconds(lookahead), step))
         load_end = availability.from_epoch(until) + duration
@@ -236,7 +237,7 @@ def availability_search(
             with_blocked,
             count=count,
             duration=availability.seconds(duration),
-            after=first,
+            after=search_from,
             horizon=until,
             slot=step,
             same_node=same_node,
@@ -245,6 +246,10 @@ def availability_search(
         runs_to_end = bool(slots) and slots[-1].latest_start >= until
         if until >= last or len(slots) >= limit or runs_to_end:
             break
+        if not slots:
+            # No start up to `until` works (the bookings are loaded to `until` + duration):
+            # the longer look-ahead searches only the starts after it.
+            search_from = until + step
         lookahead *= 2
     return [
         BookableSlot(
