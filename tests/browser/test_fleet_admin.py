@@ -124,3 +124,34 @@ def test_adding_unknown_user_shows_inline_error(page):
     expect(page.locator("[data-testid=members] tbody tr")).to_have_count(1)
     # The typed value is kept so the user can correct it.
     expect(page.get_by_label("Username")).to_have_value("nobody-here")
+
+
+def test_admin_powers_a_node_off_and_on_after_confirming(page):
+    from apps.fleet.choices import PowerState
+
+    dialogs = []
+
+    def answer(dialog):
+        dialogs.append(dialog.message)
+        # The first power-off is dismissed: nothing changes.
+        dialog.dismiss() if len(dialogs) == 1 else dialog.accept()
+
+    page.on("dialog", answer)
+    login(page, "admin")
+    page.goto("/fleet/")
+    card = _node_card(page)
+    expect(card.get_by_test_id("node-power")).to_contain_text("Power: On")
+    button = card.locator("header").get_by_role("button", name=f"Power off node {NODE}")
+    button.click()
+    assert Node.objects.get(hostname=NODE).power_state == PowerState.ON
+    button.click()
+    page.wait_for_load_state()
+    expect(page.get_by_role("status")).to_contain_text("power off requested")
+    expect(_node_card(page).get_by_test_id("node-power")).to_contain_text("Powering off")
+    expect(_node_card(page).get_by_test_id("node-power")).to_contain_text("(admin)")
+    assert dialogs[0].startswith(f"Power off {NODE}? Its GPUs take no work")
+    node = Node.objects.get(hostname=NODE)
+    assert (node.power_state, node.power_state_by) == (PowerState.SUSPENDING, "admin")
+    # Powering off offers no power on until the node is off.
+    header = _node_card(page).locator("header")
+    expect(header.get_by_role("button", name=f"Power on node {NODE}")).to_have_count(0)
