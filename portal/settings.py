@@ -600,6 +600,9 @@ SLURM_OUTPUT_DIR = env.str("SLURM_OUTPUT_DIR", default=str(VAR_DIR / "slurm-outp
 SLURM_SUBMIT_USER = env.str("SLURM_SUBMIT_USER", default="")
 SLURM_RESERVATION_PREFIX = env.str("SLURM_RESERVATION_PREFIX", default="portal-")
 SLURM_POLL_SECONDS = env.float("SLURM_POLL_SECONDS", default=15.0)
+# Organisation units below the root are Slurm parent accounts named with this prefix (a unit
+# and a team may share a slug in the portal, never an account name in Slurm).
+SLURM_UNIT_ACCOUNT_PREFIX = env.str("SLURM_UNIT_ACCOUNT_PREFIX", default="unit-")
 SLURM_POLL_BATCH = env.int("SLURM_POLL_BATCH", default=500)
 SLURM_ACCOUNTING_LOOKBACK_HOURS = env.int("SLURM_ACCOUNTING_LOOKBACK_HOURS", default=6)
 # A portal job found in neither squeue nor sacct for this long is marked failed.
@@ -613,6 +616,8 @@ SLURM_HOOKS = {
     "reservation.extended": "apps.integrations.slurm.services.on_reservation_extended",
     "reservation.ended": "apps.integrations.slurm.services.on_reservation_ended",
     "quota.changed": "apps.integrations.slurm.services.on_quota_changed",
+    "unit.changed": "apps.integrations.slurm.services.on_unit_changed",
+    "team.moved": "apps.integrations.slurm.services.on_team_moved",
     "node.state_changed": "apps.integrations.slurm.services.on_node_state_changed",
     "fleet.node_notes": "apps.integrations.slurm.selectors.fleet_node_notes",
 }

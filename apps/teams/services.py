@@ -343,6 +343,7 @@ def unit_create(*, slug: str, name: str, parent: OrgUnit, cost_center: str = "",
         raise ConflictError(f"A unit with the slug “{unit.slug}” already exists.")
     unit.save()
     audit_record(actor=actor, action="unit.create", target=unit, after=_unit_snapshot(unit))
+    hooks.emit("unit.changed", unit=unit, actor=actor)
     return unit
 
 
@@ -365,6 +366,7 @@ def unit_move(*, unit: OrgUnit, parent: OrgUnit, actor) -> OrgUnit:
     audit_record(
         actor=actor, action="unit.move", target=unit, before=before, after=_unit_snapshot(unit)
     )
+    hooks.emit("unit.changed", unit=unit, actor=actor)
     return unit
 
 
@@ -382,6 +384,7 @@ def team_move(*, team: Team, unit: OrgUnit, actor) -> Team:
     audit_record(
         actor=actor, action="team.move", target=team, before=before, after={"unit": unit.slug}
     )
+    hooks.emit("team.moved", team=team, actor=actor)
     return team
 
 
@@ -422,6 +425,7 @@ def unit_quota_set(*, unit: OrgUnit, gpu_model, guaranteed: int, limit: int, act
         before=before,
         after=_unit_quota_snapshot(row),
     )
+    hooks.emit("unit.changed", unit=unit, actor=actor)
     return row
 
 

@@ -427,16 +427,16 @@ class SlurmClient:
         return self.run("sacctmgr", "-i", *args)
 
     def account_limits(self, account: str) -> dict[str, str] | None:
-        """The account's own association (no user): {"grptres": ..., "fairshare": ...}, or None
-        if Slurm does not know the account."""
+        """The account's own association (no user): {"grptres": ..., "fairshare": ...,
+        "parent": ...}, or None if Slurm does not know the account."""
         args = ["-n", "-P", "show", "association", "where", f"account={account}"]
         if self.cluster:
             args.append(f"cluster={self.cluster}")
-        out = self.run("sacctmgr", *args, "format=account,user,grptres,fairshare")
+        out = self.run("sacctmgr", *args, "format=account,user,grptres,fairshare,parentname")
         for line in out.splitlines():
             parts = line.split("|")
-            if len(parts) == 4 and parts[0] == account and not parts[1]:
-                return {"grptres": parts[2], "fairshare": parts[3]}
+            if len(parts) == 5 and parts[0] == account and not parts[1]:
+                return {"grptres": parts[2], "fairshare": parts[3], "parent": parts[4]}
         return None
 
     def account_users(self, account: str) -> set[str]:

@@ -37,8 +37,8 @@ def test_quota_edit_changes_grptres_and_fairshare(slurm):
     quota_set(team=slurm.team, gpu_model=slurm.model, guaranteed=3, limit=6, actor=admin)
     assert account_limits(slurm.cluster, "vision") == ("gres/gpu:h100=6", "3")
     event = AuditEvent.objects.filter(action="slurm.limits_sync").latest("id")
-    assert event.before == {"grptres": "gres/gpu:h100=8", "fairshare": "4"}
-    assert event.after == {"grptres": "gres/gpu:h100=6", "fairshare": "3"}
+    assert event.before == {"grptres": "gres/gpu:h100=8", "fairshare": "4", "parent": "root"}
+    assert event.after == {"grptres": "gres/gpu:h100=6", "fairshare": "3", "parent": "root"}
     assert event.actor == admin
 
 
@@ -85,7 +85,11 @@ def test_drift_made_in_slurm_is_reported_corrected_and_audited_once(slurm):
     )
     assert account_limits(slurm.cluster, "vision") == ("gres/gpu:h100=99", "50")
     report = services.quotas_sync()
-    assert report["vision"]["before"] == {"grptres": "gres/gpu:h100=99", "fairshare": "50"}
+    assert report["vision"]["before"] == {
+        "grptres": "gres/gpu:h100=99",
+        "fairshare": "50",
+        "parent": "root",
+    }
     assert account_limits(slurm.cluster, "vision") == ("gres/gpu:h100=8", "4")
     event = AuditEvent.objects.filter(action="slurm.limits_sync").latest("id")
     assert event.reason == "Slurm limits differed from quota"

@@ -50,6 +50,10 @@ from apps.integrations.slurm.services.quotas import (  # noqa: F401
     desired_limits,
     limits_drift,
     on_quota_changed,
+    on_team_moved,
+    on_unit_changed,
     quota_sync_team,
     quotas_sync,
+    unit_account,
+    unit_sync,
 )
