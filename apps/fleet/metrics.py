@@ -14,6 +14,12 @@ class FleetCollector:
         for status, count in summary["nodes_by_status"].items():
             nodes.add_metric([status], count)
         yield nodes
+        power = GaugeMetricFamily(
+            "portal_nodes_power", "GPU nodes in service by power state.", labels=["power_state"]
+        )
+        for state, count in summary["nodes_by_power_state"].items():
+            power.add_metric([state], count)
+        yield power
         gpus = GaugeMetricFamily("portal_gpus", "Physical GPUs by admin status.", labels=["status"])
         for status, count in summary["gpus_by_status"].items():
             gpus.add_metric([status], count)

@@ -75,9 +75,15 @@ def fleet_overview() -> list[Node]:
 def fleet_summary() -> dict:
     """Counts for the home page and /metrics."""
     nodes = dict(Node.objects.values_list("status").annotate(n=Count("id")))
+    power = dict(
+        Node.objects.exclude(status=NodeStatus.RETIRED)
+        .values_list("power_state")
+        .annotate(n=Count("id"))
+    )
     physical = Gpu.objects.filter(mig_parent__isnull=True)
     return {
         "nodes_by_status": {s.value: nodes.get(s.value, 0) for s in NodeStatus},
+        "nodes_by_power_state": {s.value: power.get(s.value, 0) for s in PowerState},
         "gpus_by_status": {s.value: physical.filter(status=s).count() for s in GpuStatus},
         "gpus_by_health": {h.value: physical.filter(health=h).count() for h in GpuHealth},
         "gpus_schedulable": physical.schedulable().count(),

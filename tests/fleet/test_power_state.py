@@ -274,3 +274,17 @@ def test_fleet_page_power_button_on_an_invalid_state_says_why(client, platform_a
     response = client.post(f"/fleet/nodes/{fleet[0].pk}/power/power_on/", follow=True)
     assert "Cannot power on h100-a: its power is on." in response.content.decode()
     assert client.post(f"/fleet/nodes/{fleet[0].pk}/power/explode/").status_code == 404
+
+
+@override_settings(METRICS_TOKEN="scrape-token-for-tests")
+def test_summary_page_and_metrics_count_powered_down_capacity(client, platform_admin, fleet):
+    _power_off(fleet[0])
+    client.force_login(platform_admin)
+    page = client.get("/fleet/").content.decode()
+    assert "<strong>8</strong> powered down to save energy" in page
+    assert "<strong>12</strong> schedulable GPUs" in page
+    metrics = client.get(
+        "/metrics", HTTP_AUTHORIZATION="Bearer scrape-token-for-tests"
+    ).content.decode()
+    assert 'portal_nodes_power{power_state="off"} 1.0' in metrics
+    assert 'portal_nodes_power{power_state="on"} 2.0' in metrics
