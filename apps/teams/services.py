@@ -114,7 +114,7 @@ def _refuse_removing_last_admin(membership: Membership, *, new_role: str | None)
         )
 
 
-def _quota_snapshot(quota: Quota) -> dict:
+def _quota_snapshot(quota: Quota | UnitQuota) -> dict:
     return {
         "gpu_model": quota.gpu_model.name if quota.gpu_model else None,
         "guaranteed": quota.guaranteed,
@@ -388,14 +388,6 @@ def team_move(*, team: Team, unit: OrgUnit, actor) -> Team:
     return team
 
 
-def _unit_quota_snapshot(row: UnitQuota) -> dict:
-    return {
-        "gpu_model": row.gpu_model.name if row.gpu_model else None,
-        "guaranteed": row.guaranteed,
-        "limit": row.limit,
-    }
-
-
 @transaction.atomic
 def unit_quota_set(*, unit: OrgUnit, gpu_model, guaranteed: int, limit: int, actor) -> UnitQuota:
     """Create or change a unit's guarantee and limit for a GPU model (None: all models).
@@ -409,7 +401,7 @@ def unit_quota_set(*, unit: OrgUnit, gpu_model, guaranteed: int, limit: int, act
     quota_numbers_check(guaranteed=guaranteed, limit=limit)
     OrgUnit.objects.select_for_update().filter(pk=unit.pk).first()  # one envelope change at once
     row = UnitQuota.objects.filter(unit=unit, gpu_model=gpu_model).first()
-    before = _unit_quota_snapshot(row) if row else None
+    before = _quota_snapshot(row) if row else None
     if row is None:
         row = UnitQuota(unit=unit, gpu_model=gpu_model)
     row.guaranteed, row.limit = guaranteed, limit
@@ -423,7 +415,7 @@ def unit_quota_set(*, unit: OrgUnit, gpu_model, guaranteed: int, limit: int, act
         action="unit_quota.change" if before else "unit_quota.create",
         target=row,
         before=before,
-        after=_unit_quota_snapshot(row),
+        after=_quota_snapshot(row),
     )
     hooks.emit("unit.changed", unit=unit, actor=actor)
     return row
