@@ -7,6 +7,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.db.models import Count, Max, Min, Q
 
 from apps.fleet import power_rules
@@ -50,12 +51,21 @@ def warm_gpus_by_model(value: str | int | None = None) -> dict[str, int]:
     text = str(value).strip()
     if not text:
         return {"*": 0}
-    if "=" not in text:
-        return {"*": int(text)}
+    parts = [text] if "=" not in text else text.split(",")
     warm = {"*": 0}
-    for part in text.split(","):
-        model, _, count = part.partition("=")
-        warm[model.strip()] = int(count)
+    for part in parts:
+        model, _, count = part.rpartition("=") if "=" in part else ("*", "", part)
+        try:
+            number = int(count)
+        except ValueError:
+            number = -1
+        if number < 0 or not model.strip():
+            raise ImproperlyConfigured(
+                f"POWER_SAVE_WARM_GPUS={value!r}: give a number of GPUs (e.g. 2) or "
+                f"MODEL=N pairs separated by commas (e.g. H100-SXM-80GB=8,*=1); {part.strip()!r} "
+                "is neither."
+            )
+        warm[model.strip()] = number
     return warm
 
 

@@ -5,6 +5,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from django.core.exceptions import ImproperlyConfigured
 from django.utils import timezone
 
 from apps.fleet.choices import PowerState
@@ -145,6 +146,14 @@ def test_warm_gpus_setting_is_read_as_documented():
     assert selectors.warm_gpus_by_model("2") == {"*": 2}
     assert selectors.warm_gpus_by_model("H100=8, *=1") == {"*": 1, "H100": 8}
     assert selectors.warm_gpus_for("L40S", {"*": 1, "H100": 8}) == 1
+    assert selectors.warm_gpus_for("L40S", selectors.warm_gpus_by_model("H100=8")) == 0
+
+
+@pytest.mark.parametrize("bad", ["lots", "H100=many", "-1", "=3", "H100=8,L40S"])
+def test_a_bad_warm_gpus_setting_says_how_to_write_it(bad):
+    with pytest.raises(ImproperlyConfigured, match="POWER_SAVE_WARM_GPUS") as refused:
+        selectors.warm_gpus_by_model(bad)
+    assert "MODEL=N" in str(refused.value)
 
 
 def test_a_node_labelled_never_stays_on(idle_fleet):
