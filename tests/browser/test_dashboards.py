@@ -13,8 +13,7 @@ import pytest
 from django.utils import timezone
 from playwright.sync_api import expect
 
-from apps.billing.demo import seed_billing_demo
-from apps.dashboards.demo import seed_dashboard_history
+from apps.dashboards.demo import seed_billing_demo, seed_dashboard_history
 from apps.fleet.models import GpuModel
 from apps.reservations.services import reservation_create
 from apps.teams.models import Team, User

@@ -12,7 +12,7 @@ import pytest
 from django.utils import timezone
 from playwright.sync_api import expect
 
-from apps.billing.demo import seed_billing_demo
+from apps.dashboards.demo import seed_billing_demo
 
 
 @pytest.fixture

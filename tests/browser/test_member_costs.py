@@ -11,9 +11,9 @@ from django.utils import timezone
 from playwright.sync_api import expect
 
 from apps.billing import exports
-from apps.billing.demo import seed_billing_demo
 from apps.billing.models import BillingPeriod
 from apps.billing.selectors import change_percent
+from apps.dashboards.demo import seed_billing_demo
 
 pytestmark = pytest.mark.browser
 

@@ -22,10 +22,10 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
-from apps.billing.demo import seed_billing_history
 from apps.billing.exports import PLATFORM_COST_CENTER
 from apps.billing.metering import meter_interval
 from apps.billing.models import LedgerEntry
+from apps.dashboards.demo import seed_billing_history
 from apps.jobs.models import Job
 from apps.reservations.models import Reservation
 from apps.teams.models import User

@@ -2,14 +2,14 @@
 rollups of their GPUs rewritten to show the work they did (one job asked for four GPUs and kept
 one busy), and one job waiting above its team's limit.
 
-Called by `manage.py seed_demo` after the telemetry is written and before the metering, so the
+Part of `seed_demo`, after the telemetry is written and before the metering, so the
 ledger charges the jobs; does nothing on a database that already has jobs.
 """
 
 import random
 from datetime import datetime, timedelta
 
-from apps.dashboards.demo import _gpm
+from apps.dashboards.demo.telemetry import gpm_averages
 from apps.fleet.models import Gpu, GpuModel
 from apps.jobs.choices import JobPriorityClass, JobStatus
 from apps.jobs.models import Job, JobAllocation
@@ -75,7 +75,7 @@ def _show_work(gpu: Gpu, start: datetime, end: datetime, util: float, busy: bool
             power_avg_w=450 * level / 100 + 70,
             energy_j=(450 * level / 100 + 70) * 3600,
             busy_seconds=3600.0 if busy else 0.0,
-            **_gpm(gpu, level, 0.75),
+            **gpm_averages(gpu, level, 0.75),
         )
         hour += timedelta(hours=1)
     for idle in IdleInterval.objects.filter(

@@ -4,7 +4,7 @@ database (a GPU is held by the team whose booking covers the hour). The minute r
 whole hour agree with its hour rollup, so the 24-hour charts (minute rollups) and the longer
 ones (hour rollups) show the same busy GPUs for the same hours.
 
-Called by `manage.py seed_demo`; does nothing on a database that already has hour rollups.
+Part of `seed_demo`; does nothing on a database that already has hour rollups.
 """
 
 import random
@@ -14,13 +14,13 @@ from datetime import datetime, timedelta
 
 from django.utils import timezone
 
+from apps.dashboards.demo.fleet import HISTORY_DAYS
 from apps.fleet.models import Gpu
 from apps.reservations.models import ReservationGpu
 from apps.telemetry.choices import IdleKind
 from apps.telemetry.models import GpuHourRollup, GpuMinuteRollup, GpuSample, IdleInterval
 from apps.telemetry.rollups import rollup_team_models
 
-HISTORY_DAYS = 30
 # The 24-hour charts read minute rollups: cover all of them, and the hour before.
 MINUTE_HOURS = 25
 BATCH = 5000
@@ -49,7 +49,7 @@ def _holder(lookup, gpu_id: int, at: datetime) -> int | None:
 GPM_MODELS = ("H100", "H200", "B200")  # models whose history gets GPM metrics (Hopper and newer)
 
 
-def _gpm(gpu, util: float, sm_share: float) -> dict:
+def gpm_averages(gpu, util: float, sm_share: float) -> dict:
     """GPM averages of a demo rollup: SM activity is a share of utilization (a GPU running
     small kernels is "100 % utilized" with its SMs mostly idle); none on older models."""
     if not any(family in gpu.model.name for family in GPM_MODELS):
@@ -79,7 +79,7 @@ def _minutes_of_hour(gpu, hour: datetime, team_id, util: float, busy: bool, rng)
                 power_avg_w=450 * level / 100 + 70,
                 energy_j=(450 * level / 100 + 70) * 60,
                 busy_seconds=60.0 if busy else 0.0,
-                **_gpm(gpu, level, 0.8),
+                **gpm_averages(gpu, level, 0.8),
             )
         )
     return rows
@@ -120,7 +120,7 @@ def seed_dashboard_history(*, now: datetime | None = None, days: int = HISTORY_D
                     power_avg_w=450 * util / 100 + 70,
                     energy_j=(450 * util / 100 + 70) * 3600,
                     busy_seconds=3600.0 if busy else 0.0,
-                    **_gpm(gpu, util, sm_share),
+                    **gpm_averages(gpu, util, sm_share),
                 )
             )
             if t >= minute_start:
@@ -152,7 +152,7 @@ def seed_dashboard_history(*, now: datetime | None = None, days: int = HISTORY_D
                     power_avg_w=450 * util / 100 + 70,
                     energy_j=(450 * util / 100 + 70) * 60,
                     busy_seconds=60.0 if busy else 0.0,
-                    **_gpm(gpu, util, sm_share),
+                    **gpm_averages(gpu, util, sm_share),
                 )
             )
             t += timedelta(minutes=1)

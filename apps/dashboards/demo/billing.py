@@ -1,7 +1,7 @@
 """Demo data for billing: prices, past bookings, then (once the demo's telemetry exists, so
 busy hours and energy are charged as measured) the metering and this month's budgets.
 
-Called by `manage.py seed_demo` in that order; does nothing on a database that already has a
+Part of `seed_demo`, in that order; does nothing on a database that already has a
 ledger.
 """
 
@@ -16,6 +16,7 @@ from apps.billing.metering import meter_interval
 from apps.billing.models import Budget, LedgerEntry, RateCard
 from apps.billing.periods import month_start
 from apps.billing.services import budget_alerts_check, period_get_or_create
+from apps.dashboards.demo.fleet import HISTORY_DAYS
 from apps.fleet.models import Gpu, GpuModel
 from apps.reservations.choices import ReservationStatus
 from apps.reservations.models import Reservation, ReservationGpu
@@ -32,7 +33,6 @@ BUDGETS = {
     "speech": ("2500", Enforcement.ALERT),
     "robotics": ("1500", Enforcement.BLOCK),
 }
-HISTORY_DAYS = 30
 
 
 def seed_billing_demo(*, now=None, days: int = HISTORY_DAYS) -> None:
