@@ -9,17 +9,24 @@ from apps.fleet.models import GpuModel
 from apps.teams import selectors, services
 from apps.teams.choices import TeamRole
 from apps.teams.filters import TeamFilter
-from apps.teams.models import Membership, Quota, Team, User
+from apps.teams.models import Membership, OrgUnit, Quota, Team, User
 from apps.teams.permissions import ReadAnyWritePlatformAdmin
 from apps.teams.services import quota_numbers_check
 
 
 class TeamSerializer(serializers.ModelSerializer):
     member_count = serializers.IntegerField(read_only=True)
+    unit = serializers.SlugRelatedField(
+        slug_field="slug", read_only=True, help_text="The organisation unit the team sits in."
+    )
 
     class Meta:
         model = Team
-        fields = ["id", "slug", "name", "cost_center", "is_active", "member_count"]
+        fields = ["id", "slug", "name", "cost_center", "is_active", "member_count", "unit"]
+
+
+class TeamMoveSerializer(serializers.Serializer):
+    unit = serializers.SlugRelatedField(slug_field="slug", queryset=OrgUnit.objects.all())
 
 
 class MembershipSerializer(serializers.ModelSerializer):
@@ -53,7 +60,22 @@ class TeamViewSet(viewsets.ReadOnlyModelViewSet):
     ordering_fields = ["slug", "name"]
 
     def get_queryset(self):
-        return selectors.team_list(user=self.request.user)
+        return selectors.team_list(user=self.request.user).select_related("unit")
+
+    @extend_schema(
+        summary="Move a team into another organisation unit",
+        description="Platform admins, and admins of both units (or above). Refused (400) when "
+        "the team's guarantees do not fit the new unit's envelope.",
+        request=TeamMoveSerializer,
+        responses=TeamSerializer,
+    )
+    @action(detail=True, methods=["post"])
+    def move(self, request, slug=None):
+        team = self.get_object()
+        data = TeamMoveSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        services.team_move(team=team, unit=data.validated_data["unit"], actor=request.user)
+        return Response(TeamSerializer(self.get_object()).data)
 
     @extend_schema(summary="List a team's members", responses=MembershipSerializer(many=True))
     @action(detail=True, methods=["get"], pagination_class=None)
