@@ -22,7 +22,6 @@ carry a GPU-day's on its unallocated-capacity row (0 elsewhere; a GPU-day off th
 row that costs nothing), in an export of every team."""
 
 import json
-from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime, timedelta
@@ -31,8 +30,6 @@ from functools import lru_cache
 from itertools import chain
 
 from django.conf import settings
-from django.db.models import Sum
-from django.db.models.functions import TruncDate
 from django.utils import timezone
 
 from apps.billing.choices import PLATFORM_COST_CENTER, ChargeSource
@@ -46,10 +43,8 @@ from apps.billing.exports import (
     export_lines,
     flag,
     gpu_hours,
-    team_order,
 )
 from apps.billing.invoices import invoice_id
-from apps.billing.models import LedgerEntry
 from apps.billing.periods import month_bounds
 from apps.fleet.models import Gpu
 
@@ -112,8 +107,10 @@ def focus_rows(scope: ExportScope, version: str = DEFAULT_FOCUS_VERSION) -> Iter
         if version == FOCUS_1_2:
             yield row
             continue
+        offset = 0
         for share in _shares(line):
-            yield _allocated_row(context, line, row, share)
+            yield _allocated_row(context, line, row, share, offset)
+            offset += share.seconds
     yield from _recovery_rows(context, version)
 
 
@@ -150,7 +147,7 @@ def _recovery_rows(context: "_Context", version: str) -> Iterator[dict]:
         if version == FOCUS_1_2:
             yield row
             continue
-        row = _allocated_row(context, line, row, _shares(line)[0])
+        row = _allocated_row(context, line, row, _shares(line)[0], 0)
         row["AllocatedMethodId"] = method
         row["AllocatedMethodDetails"] = json.dumps(
             {"Elements": [{"AllocatedRatio": float(entry.ratio)}], "x_Share": RECOVERY_LINE}
@@ -173,8 +170,28 @@ class _Context:
         self.draft = flag(scope.draft)
         self.billing_start = focus_time(period_start)
         self.billing_end = focus_time(period_end)
-        self._gpu_day_seconds = None
-        self._allocated_seconds: dict[tuple, int] = {}
+        self.invoice_ids = _Cached(lambda sub_account: invoice_id(scope.period, sub_account))
+        self.tags = _Cached(lambda cost_center: json.dumps({"cost_center": cost_center}))
+        self.allocated_tags = _Cached(_allocated_tags)
+        # The columns every row of this export has alike.
+        provider = self.provider
+        self.constant = {
+            "BillingAccountId": provider,
+            "BillingAccountName": provider,
+            "BillingAccountType": "Internal",
+            "BillingCurrency": self.currency,
+            "BillingPeriodEnd": self.billing_end,
+            "BillingPeriodStart": self.billing_start,
+            "InvoiceIssuerName": provider,
+            "ProviderName": provider,
+            "PublisherName": provider,
+            "RegionId": None,
+            "RegionName": None,
+            "ServiceCategory": SERVICE_CATEGORY,
+            "ServiceName": "GPU compute",
+            "ServiceSubcategory": SERVICE_SUBCATEGORY,
+            "x_Draft": self.draft,
+        }
         # (GPU UUID, day) -> powered-off hours and energy saved, not yet on a row; only in an
         # export of every team (the platform's rows are in no team's)
         self._powered_off = (
@@ -210,49 +227,32 @@ class _Context:
                 "held_idle_cost": Decimal(0), "over_quota_cost": Decimal(0),
                 "energy_cost": Decimal(0), "gpu__uuid": uuid, "gpu__index": gpu.index,
                 "gpu__node__hostname": gpu.node.hostname,
+                "gpu_day_seconds": 0, "gpu_day_before": 0,
             }  # fmt: skip
 
-    def gpu_day_seconds(self, uuid: str, day: date) -> int:
-        """GPU-seconds charged for one GPU on one day, every team and the platform together."""
-        if self._gpu_day_seconds is None:
-            self._load_gpu_days()
-        return self._gpu_day_seconds.get((uuid, day), 0)
-
-    def _load_gpu_days(self) -> None:
-        """Each GPU-day's seconds; for one team's export, also the seconds of the teams ordered
-        before it, so its ratios round exactly as in the export of every team."""
-        entries = LedgerEntry.objects.filter(period_id=self.scope.period.pk)
-        rows = (
-            entries.filter(gpu__isnull=False)
-            .annotate(day=TruncDate("slice_start", tzinfo=UTC))
-            .values_list("gpu__uuid", "day", "team_id")
-            .annotate(seconds=Sum("gpu_seconds"))
-        )
-        before = set()
-        if self.scope.team_id is not None:
-            teams = entries.values_list("team_id", "team__slug").distinct()
-            for team_id, _ in teams.order_by(*team_order()):
-                if team_id == self.scope.team_id:
-                    break
-                before.add(team_id)
-        self._gpu_day_seconds = defaultdict(int)
-        for uuid, day, team_id, seconds in rows:
-            self._gpu_day_seconds[(uuid, day)] += seconds or 0
-            if team_id in before:
-                self._allocated_seconds[(uuid, day)] = self._allocated_seconds.get(
-                    (uuid, day), 0
-                ) + (seconds or 0)
-
-    def ratio(self, uuid: str, day: date, seconds: int) -> Decimal:
-        """This share's part of the GPU-day, rounded with a running total (in the order of the
-        export of every team) so that the parts of one GPU-day add up to exactly 1."""
-        total = self.gpu_day_seconds(uuid, day)
+    @staticmethod
+    def ratio(line: dict, offset: int, seconds: int) -> Decimal:
+        """A share's part of the line's GPU-day, rounded with a running total in the order of
+        the export of every team (the query gives the GPU-day's seconds before the line and in
+        all; `offset`: the line's shares before this one), so that the parts of one GPU-day add
+        up to exactly 1."""
+        total = line["gpu_day_seconds"] or 0
         if total <= 0:
             return Decimal(0)
-        before = self._allocated_seconds.get((uuid, day), 0)
-        after = before + seconds
-        self._allocated_seconds[(uuid, day)] = after
-        return _ratio(after, total) - _ratio(before, total)
+        before = (line["gpu_day_before"] or 0) + offset
+        return _ratio(before + seconds, total) - _ratio(before, total)
+
+
+class _Cached(dict):
+    """A value per key, computed once per export (the few teams' invoice ids and tags)."""
+
+    def __init__(self, compute) -> None:
+        super().__init__()
+        self.compute = compute
+
+    def __missing__(self, key):
+        value = self[key] = self.compute(*key) if isinstance(key, tuple) else self.compute(key)
+        return value
 
 
 def _ratio(part: int, total: int) -> Decimal:
@@ -269,15 +269,9 @@ def _base_row(context: _Context, line: dict) -> dict:
     idle_seconds = (
         line["sum_gpu_seconds"] if source == ChargeSource.UNALLOCATED else line["held_idle_seconds"]
     )
-    provider = context.provider
     return {
+        **context.constant,
         "BilledCost": line["cost"],
-        "BillingAccountId": provider,
-        "BillingAccountName": provider,
-        "BillingAccountType": "Internal",
-        "BillingCurrency": context.currency,
-        "BillingPeriodEnd": context.billing_end,
-        "BillingPeriodStart": context.billing_start,
         "ChargeCategory": "Adjustment" if adjustment else "Usage",
         "ChargeClass": "Correction" if adjustment else None,
         "ChargeDescription": line["description"],
@@ -289,41 +283,30 @@ def _base_row(context: _Context, line: dict) -> dict:
         "ContractedCost": line["cost"],
         "ContractedUnitPrice": None if adjustment else unit_price,
         "EffectiveCost": line["cost"],
-        "InvoiceId": invoice_id(context.scope.period, line["sub_account"]),
-        "InvoiceIssuerName": provider,
+        "InvoiceId": context.invoice_ids[line["sub_account"]],
         "ListCost": line["cost"] if adjustment else cents(quantity * unit_price),
         "ListUnitPrice": None if adjustment else unit_price,
         "PricingCategory": None if adjustment else "Standard",
         "PricingQuantity": None if adjustment else quantity,
         "PricingUnit": None if adjustment else "GPU-Hours",
-        "ProviderName": provider,
-        "PublisherName": provider,
-        "RegionId": None,
-        "RegionName": None,
         "ResourceId": line["gpu__uuid"],
         "ResourceName": (
             f"{line['gpu__node__hostname']}/gpu{line['gpu__index']}" if line["gpu__uuid"] else None
         ),
         "ResourceType": "GPU" if line["gpu__uuid"] else None,
-        "ServiceCategory": SERVICE_CATEGORY,
-        "ServiceName": "GPU compute",
-        "ServiceSubcategory": SERVICE_SUBCATEGORY,
         "SkuId": line["gpu_model__name"],
         "SkuMeter": SKU_METER if line["gpu_model__name"] else None,
         "SkuPriceId": line["rate_card_id"],
         "SubAccountId": line["sub_account"],
         "SubAccountName": line["team__name"] or "Platform (unallocated capacity)",
         "SubAccountType": "Team" if line["team_id"] else "Platform",
-        "Tags": json.dumps(
-            {"cost_center": line["team__cost_center"] or line["sub_account"]}, sort_keys=True
-        ),
+        "Tags": context.tags[line["team__cost_center"] or line["sub_account"]],
         "x_BusyGpuHours": gpu_hours(line["sum_busy_seconds"]),
         "x_IdleGpuHours": gpu_hours(idle_seconds),
         "x_EnergyKwh": line["sum_energy_kwh"],
         "x_ReservationId": line["source_id"] if source == ChargeSource.RESERVATION else None,
         "x_JobId": line["source_id"] if source == ChargeSource.JOB else None,
         "x_OverQuota": flag(line["over_quota"]),
-        "x_Draft": context.draft,
         "x_LineType": line["line_type"],
         "x_BusyCost": line["busy_cost"],
         "x_HeldIdleCost": line["held_idle_cost"],
@@ -413,7 +396,7 @@ def _list_cost(line: dict, quantity: Decimal) -> Decimal:
     return cents(quantity * (line["unit_price"] or Decimal(0)))
 
 
-def _allocated_row(context: _Context, line: dict, base: dict, share: _Share) -> dict:
+def _allocated_row(context: _Context, line: dict, base: dict, share: _Share, offset: int) -> dict:
     row = dict(base)
     row.update(
         {
@@ -442,14 +425,14 @@ def _allocated_row(context: _Context, line: dict, base: dict, share: _Share) -> 
             "ChargeDescription": _share_description(line, name),
             "AllocatedMethodId": ALLOCATION_METHOD,
             "AllocatedMethodDetails": _method_details(
-                context.ratio(line["gpu__uuid"], line["day"], share.seconds), share.quantity, name
+                context.ratio(line, offset, share.seconds), share.quantity, name
             ),
             "x_EnergyKwh": share.energy_kwh,
             "x_EnergyCost": share.energy_cost,
             "x_BusyCost": share.busy_cost,
             "x_HeldIdleCost": share.held_idle_cost,
             "x_OverQuotaCost": share.cost if line["over_quota"] else Decimal(0),
-            **_allocated_to(line, name),
+            **_allocated_to(context, line, name),
         }
     )
     if name in (BUSY, HELD_IDLE):
@@ -466,26 +449,37 @@ def _held_idle(line: dict) -> int:
 
 
 def _method_details(ratio: Decimal, quantity: Decimal, share: str) -> str:
-    element = {"AllocatedRatio": float(ratio), "UsageUnit": "GPU-Hours"}
-    element["UsageQuantity"] = float(quantity)
-    return json.dumps({"Elements": [element], "x_Share": share})
+    # What json.dumps writes for {"Elements": [{ratio, unit, quantity}], "x_Share": share},
+    # written directly: this runs once per row.
+    return (
+        f'{{"Elements": [{{"AllocatedRatio": {float(ratio)!r}, "UsageUnit": "GPU-Hours", '
+        f'"UsageQuantity": {float(quantity)!r}}}], "x_Share": "{share}"}}'
+    )
 
 
-def _allocated_to(line: dict, share: str) -> dict:
+def _allocated_to(context: _Context, line: dict, share: str) -> dict:
     if share == UNALLOCATED:
         # The spec: no AllocatedResourceId for the unallocated portion of the origin charge.
-        return {"AllocatedTags": json.dumps({f"{TAG_PREFIX}share": UNALLOCATED})}
+        return {"AllocatedTags": context.allocated_tags[None, UNALLOCATED]}
     kind = "job" if share == JOB else "reservation"
-    resource_id = f"{kind}/{line['source_id']}" + ("/held-idle" if share == HELD_IDLE else "")
-    resource_name = f"{line['sub_account']} {kind} #{line['source_id']}"
+    sub_account, source_id = line["sub_account"], line["source_id"]
+    resource_id = f"{kind}/{source_id}" + ("/held-idle" if share == HELD_IDLE else "")
+    resource_name = f"{sub_account} {kind} #{source_id}"
     if share == HELD_IDLE:
         resource_name += " (held idle)"
-    tags = {f"{TAG_PREFIX}team": line["sub_account"], f"{TAG_PREFIX}share": share}
     return {
         "AllocatedResourceId": resource_id,
         "AllocatedResourceName": resource_name,
-        "AllocatedTags": json.dumps(tags, sort_keys=True),
+        "AllocatedTags": context.allocated_tags[sub_account, share],
     }
+
+
+def _allocated_tags(sub_account: str | None, share: str) -> str:
+    if sub_account is None:
+        return json.dumps({f"{TAG_PREFIX}share": share})
+    return json.dumps(
+        {f"{TAG_PREFIX}team": sub_account, f"{TAG_PREFIX}share": share}, sort_keys=True
+    )
 
 
 def _share_description(line: dict, share: str) -> str:

@@ -133,6 +133,8 @@ def recovery_entries(period: BillingPeriod, team_id: int | None = None) -> list[
     """The lines every export adds for the month's recovery (none under `keep`): one per team
     share (only `team_id`'s when given), then the platform's negative line (all teams only),
     so an export still sums to the fleet's total."""
+    if policy_for(period) == RecoveryMethod.KEEP:
+        return []  # nothing to split: no need to add up the month
     split = recovery(period)
     if not split.shares:
         return []

@@ -1,14 +1,15 @@
 """Monthly statements: what one team is charged for one month, as finance sends it.
 
-A statement is built from the same detail lines as the exports (`exports.export_lines`), so its
-lines by GPU model and source, its idle and over-quota shares, its adjustments and its total
-equal the CSV, XLSX, JSON and FOCUS exports of the month to the cent. An open month's statement
-is a draft: its invoice id says so, and the page and the file say so at the top. Beside the
-charges, a statement notes the fleet's capacity powered down that month to save energy, which
-nobody was charged for (`energy.py`).
+A statement is built from the same detail lines as the exports, rounded by the same rule and
+summed by the database (`exports.query.rounded_groups`), so its lines by GPU model and source,
+its idle and over-quota shares, its adjustments and its total equal the CSV, XLSX, JSON and
+FOCUS exports of the month to the cent. An open month's statement is a draft: its invoice id
+says so, and the page and the file say so at the top. Beside the charges, a statement notes the
+fleet's capacity powered down that month to save energy, which nobody was charged for
+(`energy.py`).
 """
 
-import io
+import tempfile
 import zipfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -19,7 +20,8 @@ from django.utils import timezone
 
 from apps.billing.choices import ChargeSource
 from apps.billing.energy import powered_off_by_model
-from apps.billing.exports import DETAIL, ExportScope, export_lines, gpu_hours
+from apps.billing.exports import adjustment_labels, gpu_hours
+from apps.billing.exports.query import rounded_groups
 from apps.billing.invoices import invoice_id
 from apps.billing.models import Adjustment, BillingPeriod, Budget
 from apps.billing.periods import month_bounds
@@ -161,25 +163,28 @@ def _build(period: BillingPeriod, teams: list, *, team_id: int | None) -> list[S
         statement.powered_off = powered_off
     groups: dict[tuple, StatementLine] = {}
     adjustment_amounts: dict[tuple, Decimal] = {}
+    names = adjustment_labels(period)
     labels: dict[int, str] = {}
-    for line in export_lines(ExportScope(period, team_id, DETAIL)):
-        if line["team_id"] not in by_team:
+    # The month's lines rounded and summed by the database (the same figures as the exports').
+    for total in rounded_groups(period, team_id):
+        if total["team_id"] not in by_team:
             continue
-        if line["source"] == ChargeSource.ADJUSTMENT:
-            key = (line["team_id"], line["source_id"])
-            adjustment_amounts[key] = adjustment_amounts.get(key, Decimal(0)) + line["cost"]
-            labels[line["source_id"]] = line["description"]
+        if total["source"] == ChargeSource.ADJUSTMENT:
+            pk = total["adjustment_id"]
+            key = (total["team_id"], pk)
+            adjustment_amounts[key] = adjustment_amounts.get(key, Decimal(0)) + total["cost"]
+            labels[pk] = names.get(pk, f"Adjustment #{pk}")
             continue
-        key = (line["team_id"], line["gpu_model__name"] or "", line["source"])
+        key = (total["team_id"], total["gpu_model__name"] or "", total["source"])
         group = groups.setdefault(key, StatementLine(gpu_model=key[1], source=key[2]))
-        group.gpu_seconds += line["sum_gpu_seconds"] or 0
-        group.held_idle_seconds += line["held_idle_seconds"] or 0
-        group.over_quota_seconds += line["over_quota_seconds"] or 0
-        group.cost += line["cost"]
-        group.busy_cost += line["busy_cost"]
-        group.held_idle_cost += line["held_idle_cost"]
-        group.over_quota_cost += line["over_quota_cost"]
-        group.energy_cost += line["energy_cost"]
+        group.gpu_seconds += total["sum_gpu_seconds"]
+        group.held_idle_seconds += total["held_idle_seconds"]
+        group.over_quota_seconds += total["over_quota_seconds"]
+        group.cost += total["cost"]
+        group.busy_cost += total["busy_cost"]
+        group.held_idle_cost += total["held_idle_cost"]
+        group.over_quota_cost += total["over_quota_cost"]
+        group.energy_cost += total["energy_cost"]
     for (owner, _, _), group in sorted(groups.items(), key=lambda item: item[0][1:]):
         by_team[owner].lines.append(group)
     _attach_adjustments(by_team, adjustment_amounts, labels)
@@ -224,14 +229,21 @@ def _attach_adjustments(
         )
 
 
-def statements_zip(
+def statements_zip_file(
     period: BillingPeriod, render: Callable[[Statement], str], teams: Iterable | None = None
-) -> bytes:
-    """Every team's statement of the month as one ZIP of printable HTML files."""
-    buffer = io.BytesIO()
+):
+    """Every team's statement of the month as one ZIP of printable HTML files, written one
+    statement at a time to a temporary file (returned open, at its start), so memory holds one
+    statement, not the archive. A failure part-way leaves no file behind."""
+    handle = tempfile.TemporaryFile(suffix=".zip")  # noqa: SIM115 - handed to the response
     suffix = "-draft" if not period.is_closed else ""
-    with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:
-        for statement in team_statements(period, teams):
-            name = f"statement-{period.month:%Y-%m}-{statement.team.slug}{suffix}.html"
-            archive.writestr(name, render(statement))
-    return buffer.getvalue()
+    try:
+        with zipfile.ZipFile(handle, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+            for statement in team_statements(period, teams):
+                name = f"statement-{period.month:%Y-%m}-{statement.team.slug}{suffix}.html"
+                archive.writestr(name, render(statement))
+    except BaseException:
+        handle.close()
+        raise
+    handle.seek(0)
+    return handle

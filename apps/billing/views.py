@@ -4,7 +4,7 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.http import Http404, HttpResponse
+from django.http import FileResponse, Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.template.loader import render_to_string
 from django.utils import timezone
@@ -346,13 +346,13 @@ def statements_zip_view(request, period: str):
     def render_file(statement) -> str:
         return render_to_string("billing/statement_file.html", {"statement": statement})
 
-    content = statements.statements_zip(chosen_period, render_file)
+    archive = statements.statements_zip_file(chosen_period, render_file)
     name = f"statements-{chosen_period.month:%Y-%m}" + (
         "-draft" if not chosen_period.is_closed else ""
     )
-    response = HttpResponse(content, content_type="application/zip")
-    response["Content-Disposition"] = f'attachment; filename="{name}.zip"'
-    return response
+    return FileResponse(
+        archive, as_attachment=True, filename=f"{name}.zip", content_type="application/zip"
+    )
 
 
 @login_required

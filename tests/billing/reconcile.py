@@ -186,7 +186,7 @@ def format_parts(period, client=None) -> dict[str, dict[str, dict[str, Decimal]]
             team.slug: client.get(f"/billing/statements/{month}/{team.slug}/").content.decode()
             for team in teams
         }
-        zipped = client.get(f"/billing/statements/{month}.zip").content
+        zipped = b"".join(client.get(f"/billing/statements/{month}.zip").streaming_content)
         archive = zipfile.ZipFile(io.BytesIO(zipped))
     else:
         result["page"] = {
@@ -201,7 +201,8 @@ def format_parts(period, client=None) -> dict[str, dict[str, dict[str, Decimal]]
         def render(statement):
             return render_to_string("billing/statement_file.html", {"statement": statement})
 
-        archive = zipfile.ZipFile(io.BytesIO(statements.statements_zip(period, render)))
+        with statements.statements_zip_file(period, render) as handle:
+            archive = zipfile.ZipFile(io.BytesIO(handle.read()))
     result["statement"] = {slug: _statement_html_parts(html) for slug, html in pages.items()}
     result["statement-zip"] = {
         name.split(f"statement-{month}-")[1].removesuffix("-draft.html").removesuffix(".html"): (

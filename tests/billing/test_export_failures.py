@@ -97,7 +97,8 @@ def test_a_stream_failing_before_its_first_row_is_a_500_not_an_empty_file(
 
 
 def test_an_xlsx_failing_part_way_is_a_500_and_no_file(november, finance_client, monkeypatch):
-    monkeypatch.setattr(exports, "table_rows", failing_after(1, exports.table_rows))
+    tables = exports.tables  # where the workbook reads its rows
+    monkeypatch.setattr(tables, "table_rows", failing_after(1, tables.table_rows))
     response = finance_client.get(API, {"period": "2026-11", "format": "xlsx"})
     assert response.status_code == 500
     assert "attachment" not in response.get("Content-Disposition", "")

@@ -104,7 +104,7 @@ def test_finance_downloads_every_teams_statement_as_one_zip(client, finance_user
     assert response.status_code == 200
     assert response["Content-Type"] == "application/zip"
     assert 'filename="statements-2026-09-draft.zip"' in response["Content-Disposition"]
-    archive = zipfile.ZipFile(io.BytesIO(response.content))
+    archive = zipfile.ZipFile(io.BytesIO(b"".join(response.streaming_content)))
     page_totals = reconcile.page_totals(period)
     teams = sorted(t for t in page_totals if t != "platform")
     assert sorted(archive.namelist()) == [f"statement-2026-09-{t}-draft.html" for t in teams]
