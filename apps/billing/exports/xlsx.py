@@ -5,6 +5,7 @@ bounded whatever the month's size."""
 
 import tempfile
 from collections.abc import Iterator
+from contextlib import closing
 from datetime import date
 from decimal import Decimal
 
@@ -130,9 +131,10 @@ def write_xlsx(scope: ExportScope, path: str) -> None:
     detail = _Sheet(workbook, "Detail", columns, summed)
     totals: dict = {}  # per team, from the same lines: one pass over the month
     lines_scope = ExportScope(scope.period, scope.team_id, SUMMARY)
-    lines = export_lines(lines_scope)
-    for row in tables.table_rows(lines_scope, _adding_up(lines, totals)):
-        detail.add(row)
+    # closing: a failure part-way releases the query's server-side cursor at once
+    with closing(export_lines(lines_scope)) as lines:
+        for row in tables.table_rows(lines_scope, _adding_up(lines, totals)):
+            detail.add(row)
     detail_last = detail.rows
     detail.close("period")
     team_range = f"Detail!${detail.letters['team']}$2:${detail.letters['team']}${detail_last}"
