@@ -32,7 +32,7 @@ from apps.billing.models import BillingPeriod, Budget, LedgerEntry
 from apps.billing.money import ExactSum
 from apps.billing.periods import month_bounds
 from apps.billing.pricing import RateBook, energy_per_gpu_hour, price_holding
-from apps.reservations.models import ReservationGpu
+from apps.reservations.holdings import bookings_holding
 
 ZERO = Decimal(0)
 CENT = Decimal("0.01")
@@ -155,9 +155,9 @@ def run_rate(daily: list[Decimal]) -> tuple[Decimal, Decimal, Decimal]:
 def booked_by_day(*, team, since: datetime, until: datetime, now: datetime) -> dict[date, Decimal]:
     """What the team's bookings will cost per UTC day over [since, until), exact, priced as
     they will be charged (each GPU above the guarantee at the over-quota multiplier)."""
-    holdings = ReservationGpu.objects.filter(
-        active=True, reservation__team=team, end__gt=since, start__lt=until
-    ).select_related("gpu__model")
+    holdings = (
+        bookings_holding(since, until).filter(reservation__team=team).select_related("gpu__model")
+    )
     rates = RateBook(start=since, end=until)
     energy: dict[int, Decimal] = {}
     by_day: dict[date, Decimal] = {}

@@ -40,7 +40,6 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from functools import lru_cache
 
-from django.apps import apps as django_apps
 from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import Max, Sum
@@ -54,7 +53,8 @@ from apps.billing.periods import month_bounds, month_start
 from apps.billing.pricing import RateBook, energy_cost, gpu_cost
 from apps.fleet.choices import GpuStatus
 from apps.fleet.models import Gpu
-from apps.reservations.models import ReservationGpu
+from apps.jobs.holdings import allocations_holding
+from apps.reservations.holdings import bookings_holding
 from apps.telemetry.models import GpuHourRollup
 from portal.bulk import insert_ignoring_duplicates
 
@@ -355,7 +355,7 @@ def _uses_per_gpu(start: datetime, end: datetime):
     fleet window is the (start, end) in epoch seconds of its time in the fleet, or None."""
     uses: dict[int, list[Use]] = defaultdict(list)
     holdings = (
-        ReservationGpu.objects.filter(active=True, start__lt=end, end__gt=start)
+        bookings_holding(start, end)
         .values_list(
             "gpu_id", "start", "end", "reservation_id", "reservation__team_id",
             "over_quota",
@@ -398,14 +398,8 @@ def _fleet_window(status, mig_parent_id, since, retired_at) -> tuple[int, int] |
 def _job_uses(start: datetime, end: datetime):
     """Allocations of jobs that ran outside a reservation (a job inside one is already paid
     for by the booking). A running allocation is charged up to the end of the interval."""
-    try:
-        allocation = django_apps.get_model("jobs", "JobAllocation")
-    except LookupError:
-        return
-    rows = (
-        allocation.objects.filter(job__reservation__isnull=True, start__lt=end)
-        .exclude(end__lte=start)
-        .values_list("gpu_id", "start", "end", "job_id", "job__team_id", "over_quota")
+    rows = allocations_holding(start, end, outside_bookings=True).values_list(
+        "gpu_id", "start", "end", "job_id", "job__team_id", "over_quota"
     )
     for gpu_id, s, e, job_id, team_id, over_quota in rows:
         yield (

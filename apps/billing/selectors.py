@@ -11,7 +11,7 @@ from apps.billing.models import BillingPeriod, Budget, BudgetAlert, LedgerEntry,
 from apps.billing.money import ExactSum
 from apps.billing.periods import add_months, month_bounds
 from apps.billing.pricing import RateBook, energy_per_gpu_hour, price_holding
-from apps.reservations.models import ReservationGpu
+from apps.reservations.holdings import bookings_holding
 
 
 def rate_cards_in_force(*, start: datetime, end: datetime) -> QuerySet[RateCard]:
@@ -139,9 +139,11 @@ def booked_cost(*, team, period: BillingPeriod, now: datetime) -> Decimal:
     month still ahead, only their part in that month."""
     period_start, period_end = month_bounds(period.month)
     since = max(now, period_start)
-    holdings = ReservationGpu.objects.filter(
-        active=True, reservation__team=team, end__gt=since, start__lt=period_end
-    ).select_related("gpu__model")
+    holdings = (
+        bookings_holding(since, period_end)
+        .filter(reservation__team=team)
+        .select_related("gpu__model")
+    )
     rates = RateBook(start=since, end=period_end)
     energy: dict[int, Decimal] = {}
     total = Decimal(0)

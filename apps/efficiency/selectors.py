@@ -20,8 +20,9 @@ from apps.efficiency.models import AllocationKind, AllocationSummary
 from apps.efficiency.usage import Efficiency, Holding, clip, gpu_models, summarize, usage_of
 from apps.fleet.models import GpuModel
 from apps.jobs.choices import WAITING_STATUSES
-from apps.jobs.models import Job, JobAllocation
-from apps.reservations.choices import ReservationStatus
+from apps.jobs.holdings import allocations_holding, allocations_holding_at
+from apps.jobs.models import Job
+from apps.reservations.holdings import bookings_holding, bookings_holding_at
 from apps.reservations.models import Reservation, ReservationGpu
 from apps.teams.models import Quota
 from apps.teams.quota_rule import QuotaRow, QuotaRule
@@ -94,23 +95,17 @@ def bookings_efficiency(reservations, *, start=None, end: datetime) -> dict[int,
 
 
 def _in_use_now(team_ids, *, now: datetime) -> dict[tuple[int, int], int]:
-    """GPUs each team holds now per model: running jobs outside bookings and active bookings."""
+    """GPUs each team holds now per model: running jobs outside bookings, and bookings."""
     used: dict[tuple[int, int], int] = defaultdict(int)
     jobs = (
-        JobAllocation.objects.filter(
-            end__isnull=True, job__team_id__in=team_ids, job__reservation__isnull=True
-        )
+        allocations_holding_at(now, outside_bookings=True)
+        .filter(job__team_id__in=team_ids)
         .values_list("job__team_id", "gpu__model_id")
         .annotate(n=Count("id"))
     )
     bookings = (
-        ReservationGpu.objects.filter(
-            active=True,
-            start__lte=now,
-            end__gt=now,
-            reservation__team_id__in=team_ids,
-            reservation__status=ReservationStatus.ACTIVE,
-        )
+        bookings_holding_at(now)
+        .filter(reservation__team_id__in=team_ids)
         .values_list("reservation__team_id", "gpu__model_id")
         .annotate(n=Count("id"))
     )
@@ -251,9 +246,7 @@ def efficiency_of(kind: str, objects, *, start: datetime, end: datetime, live):
 
 def jobs_in_window(*, start: datetime, end: datetime):
     """Jobs that held GPUs at some point of [start, end)."""
-    held = JobAllocation.objects.filter(job=OuterRef("pk"), start__lt=end).filter(
-        Q(end__isnull=True) | Q(end__gt=start)
-    )
+    held = allocations_holding(start, end).filter(job=OuterRef("pk"))
     return Job.objects.filter(Exists(held))
 
 
@@ -261,9 +254,7 @@ def bookings_in_window(*, start: datetime, end: datetime):
     """Bookings that held GPUs at some point of [start, end). A booking's holdings lie inside
     its own window, so the (indexed) booking window narrows the search first."""
     end = min(end, timezone.now())
-    held = ReservationGpu.objects.filter(
-        reservation=OuterRef("pk"), active=True, start__lt=end, end__gt=start
-    )
+    held = bookings_holding(start, end).filter(reservation=OuterRef("pk"))
     return Reservation.objects.filter(start__lt=end, end__gt=start).filter(Exists(held))
 
 

@@ -7,7 +7,7 @@ class JobsConfig(AppConfig):
     verbose_name = "GPU jobs"
 
     def ready(self) -> None:
-        from apps.jobs.selectors import job_busy_intervals
+        from apps.jobs.holdings import job_busy_intervals
         from apps.jobs.services import jobs_kill_stale_attempts, jobs_requeue_for_node
         from portal import hooks, queries
 

@@ -25,6 +25,7 @@ from apps.fleet.models import Gpu
 from apps.fleet.selectors import resuming_capacity
 from apps.jobs import messaging, services
 from apps.jobs.choices import ACTIVE_STATUSES, WAITING_STATUSES, JobStatus
+from apps.jobs.holdings import allocations_holding
 from apps.jobs.models import Job, JobAllocation
 from apps.jobs.scheduler.state import (
     Booking,
@@ -39,8 +40,7 @@ from apps.jobs.scheduler.state import (
 )
 from apps.jobs.scheduler.usage import UserClock
 from apps.jobs.transitions import job_transition
-from apps.reservations.choices import OPEN_STATUSES as RESERVATION_OPEN_STATUSES
-from apps.reservations.models import ReservationGpu
+from apps.reservations.holdings import bookings_holding
 from apps.teams.models import Quota
 from workers.protocol import LAUNCH_TASK
 
@@ -83,7 +83,7 @@ def usage_by_team(*, now: datetime, half_life: float) -> dict[str, float]:
     """GPU-seconds each team used, each second weighted 0.5 ** (age / half_life)."""
     horizon = now - timedelta(seconds=half_life * 8)
     usage: dict[str, float] = {}
-    rows = JobAllocation.objects.filter(start__lt=now).exclude(end__lt=horizon)
+    rows = allocations_holding(horizon, now)
     for team, start, end in rows.values_list("job__team__slug", "start", "end"):
         start = max(start, horizon)
         end = min(end or now, now)
@@ -216,9 +216,7 @@ def build_state(*, now: datetime) -> ClusterState:
             end=_ts(h.end),
             model=h.gpu.model.name,
         )
-        for h in ReservationGpu.objects.filter(
-            active=True, end__gt=now, reservation__status__in=RESERVATION_OPEN_STATUSES
-        ).select_related("reservation__team", "gpu__model")
+        for h in bookings_holding(now).select_related("reservation__team", "gpu__model")
     ]
     open_allocs: dict[int, list[JobAllocation]] = {}
     for alloc in JobAllocation.objects.filter(end__isnull=True).select_related("gpu__model"):

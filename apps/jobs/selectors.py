@@ -1,20 +1,16 @@
 """Reads of the jobs app."""
 
-import math
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from django.conf import settings
 from django.db.models import Prefetch, QuerySet
 from django.utils import timezone
 
-from apps.fleet.models import GpuModel
-from apps.jobs.choices import ACTIVE_STATUSES, WAITING_STATUSES, JobPriorityClass, JobStatus
+from apps.jobs.choices import WAITING_STATUSES, JobPriorityClass
 from apps.jobs.dispatch import attained_gpu_seconds, queued_jobs
 from apps.jobs.models import Job, JobAllocation
 from apps.jobs.scheduler.config import queue_order_key
 from apps.jobs.scheduler.state import PendingReason
-from apps.teams.models import Team
-from apps.teams.quota_rule import job_held_until
 from apps.teams.selectors import quota_table
 from portal import queries
 
@@ -40,42 +36,6 @@ def current_allocations(job: Job) -> list[JobAllocation]:
     allocations = list(job.allocations.all())
     latest = max((a.attempt for a in allocations), default=None)
     return [a for a in allocations if a.attempt == latest]
-
-
-def job_busy_intervals(
-    *,
-    start: datetime,
-    end: datetime,
-    gpu_ids=None,
-    gpu_model: GpuModel | None = None,
-    team: Team | None = None,
-) -> list[tuple[int, int, int]]:
-    """(gpu_id, start_s, end_s) for GPUs held by running jobs outside reservations (of `team`
-    if given), from the allocation's start until the job's maximum runtime ends (or, for a job
-    that outran it, until the kill's grace period ends), overlapping [start, end)."""
-    rows = JobAllocation.objects.filter(
-        end__isnull=True,
-        job__reservation__isnull=True,
-        job__status__in=(*ACTIVE_STATUSES, JobStatus.PREEMPTED),
-        start__lt=end,
-    )
-    if gpu_ids is not None:
-        rows = rows.filter(gpu_id__in=gpu_ids)
-    if gpu_model is not None:
-        rows = rows.filter(gpu__model=gpu_model)
-    if team is not None:
-        rows = rows.filter(job__team=team)
-    result = []
-    now = timezone.now()
-    grace = timedelta(seconds=settings.JOBS_KILL_GRACE_SECONDS)
-    for gpu_id, alloc_start, job_start, runtime in rows.values_list(
-        "gpu_id", "start", "job__started_at", "job__max_runtime_seconds"
-    ):
-        until = job_held_until((job_start or alloc_start) + timedelta(seconds=runtime), now, grace)
-        if until <= start:
-            continue
-        result.append((gpu_id, math.floor(alloc_start.timestamp()), math.ceil(until.timestamp())))
-    return result
 
 
 def with_figures(jobs) -> list[Job]:

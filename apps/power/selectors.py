@@ -15,9 +15,10 @@ from apps.fleet.choices import NodeStatus, PowerState
 from apps.fleet.models import Gpu, Node, NodePowerEvent
 from apps.fleet.transitions import power_lead, resume_seconds
 from apps.jobs.choices import WAITING_STATUSES
+from apps.jobs.holdings import allocations_holding_at
 from apps.jobs.models import Job, JobAllocation
 from apps.jobs.scheduler.state import PendingReason
-from apps.reservations.choices import OPEN_STATUSES
+from apps.reservations.holdings import bookings_holding, bookings_holding_at
 from apps.reservations.models import ReservationGpu
 from apps.telemetry.activity import COVERAGE, busy_minute_q
 from apps.telemetry.models import GpuMinuteRollup
@@ -123,17 +124,11 @@ def powered_on_nodes(*, now: datetime) -> list[NodeView]:
     window_start = now - timedelta(seconds=saving.idle_seconds)
 
     busy_now = set(
-        JobAllocation.objects.filter(gpu__node_id__in=ids, end__isnull=True).values_list(
-            "gpu__node_id", flat=True
-        )
+        allocations_holding_at(now)
+        .filter(gpu__node_id__in=ids)
+        .values_list("gpu__node_id", flat=True)
     ) | set(
-        ReservationGpu.objects.filter(
-            gpu__node_id__in=ids,
-            active=True,
-            start__lte=now,
-            end__gt=now,
-            reservation__status__in=OPEN_STATUSES,
-        ).values_list("gpu__node_id", flat=True)
+        bookings_holding_at(now).filter(gpu__node_id__in=ids).values_list("gpu__node_id", flat=True)
     )
     last_job = dict(
         JobAllocation.objects.filter(gpu__node_id__in=ids, end__isnull=False)
@@ -148,12 +143,8 @@ def powered_on_nodes(*, now: datetime) -> list[NodeView]:
         .values_list("gpu__node_id", "last")
     )
     next_booking = dict(
-        ReservationGpu.objects.filter(
-            gpu__node_id__in=ids,
-            active=True,
-            start__gt=now,
-            reservation__status__in=OPEN_STATUSES,
-        )
+        bookings_holding(now)
+        .filter(gpu__node_id__in=ids, start__gt=now)
         .values("gpu__node_id")
         .annotate(first=Min("start"))
         .values_list("gpu__node_id", "first")
@@ -217,12 +208,8 @@ def powered_on_nodes(*, now: datetime) -> list[NodeView]:
 def idle_on_gpus_by_model(*, now: datetime) -> Counter:
     """Per model, the GPUs that are powered on, in service and free now (no job, no booking
     running): the warm reserve counts these."""
-    held = set(
-        JobAllocation.objects.filter(end__isnull=True).values_list("gpu_id", flat=True)
-    ) | set(
-        ReservationGpu.objects.filter(active=True, start__lte=now, end__gt=now).values_list(
-            "gpu_id", flat=True
-        )
+    held = set(allocations_holding_at(now).values_list("gpu_id", flat=True)) | set(
+        bookings_holding_at(now).values_list("gpu_id", flat=True)
     )
     return Counter(
         Gpu.objects.schedulable()
@@ -239,12 +226,7 @@ def bookings_needing_wake(*, now: datetime) -> dict[Node, int]:
     nodes = {n.pk: n for n in Node.objects.filter(power_state=PowerState.OFF)}
     if not nodes:
         return wake
-    holdings = ReservationGpu.objects.filter(
-        gpu__node_id__in=nodes,
-        active=True,
-        end__gt=now,
-        reservation__status__in=OPEN_STATUSES,
-    ).order_by("start", "id")
+    holdings = bookings_holding(now).filter(gpu__node_id__in=nodes).order_by("start", "id")
     for node_id, start, reservation_id in holdings.values_list(
         "gpu__node_id", "start", "reservation_id"
     ):

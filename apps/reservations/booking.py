@@ -28,6 +28,7 @@ from apps.fleet.models import Gpu, GpuModel
 from apps.reservations import availability, picking, selectors
 from apps.reservations.availability import GpuInfo
 from apps.reservations.choices import ReservationStatus
+from apps.reservations.holdings import held_outside_bookings
 from apps.reservations.models import Reservation, ReservationGpu
 from apps.reservations.policy import BookingPolicy, budget_check
 from apps.teams.models import Membership, Quota, Team
@@ -292,8 +293,7 @@ def _book(*, team, user, gpu_model, count, start, end, purpose, same_node, now) 
     # that bookings of the model wait for one another over two round trips (the lock with the
     # pick, then the holdings) and the commit. Jobs start under the quota locks, not this one.
     held_elsewhere = {
-        gpu_id
-        for gpu_id, _, _ in selectors.busy_elsewhere(start=start, end=end, gpu_model=gpu_model)
+        gpu_id for gpu_id, _, _ in held_outside_bookings(start=start, end=end, gpu_model=gpu_model)
     }
     free = picking.FreeGpus.of(
         gpu_model=gpu_model, start=start, end=end, held_elsewhere=held_elsewhere

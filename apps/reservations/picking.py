@@ -22,14 +22,13 @@ from django.db import connection
 
 from apps.fleet.models import Gpu, GpuModel
 from apps.reservations.availability import GpuInfo
+from apps.reservations.holdings import GPU_BOOKED_SQL
 
 _FREE_GPUS = """
     SELECT g.id, n.hostname, g."index", g.nvlink_domain, g.uuid, g.node_id
     FROM fleet_gpu g JOIN fleet_node n ON n.id = g.node_id
     WHERE g.id IN ({schedulable})
-      AND NOT EXISTS (
-          SELECT 1 FROM reservations_reservationgpu h
-          WHERE h.gpu_id = g.id AND h.active AND h.start < %s AND h."end" > %s)
+      AND NOT {booked}
       AND NOT EXISTS (
           SELECT 1 FROM fleet_maintenancewindow w
           WHERE w.node_id = g.node_id AND w.start < %s AND w."end" > %s)
@@ -61,6 +60,7 @@ def _free_gpus_sql(
     held = sorted(held_elsewhere)
     sql = _FREE_GPUS.format(
         schedulable=schedulable_sql,
+        booked=GPU_BOOKED_SQL.format(gpu_id="g.id", start="%s", end="%s"),
         held_elsewhere=f"AND g.id NOT IN ({', '.join(['%s'] * len(held))})" if held else "",
     )
     return sql, [*params, end_value, start_value, end_value, start_value, *held]

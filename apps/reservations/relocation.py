@@ -13,6 +13,7 @@ from apps.audit.services import audit_record
 from apps.fleet.choices import GpuStatus, NodeStatus, PowerState
 from apps.fleet.models import Gpu
 from apps.reservations import availability, selectors
+from apps.reservations.holdings import bookings_holding, overlap_q
 from apps.reservations.models import Reservation, ReservationGpu
 from apps.reservations.services import notify_team
 from portal.formatting import format_count, format_when
@@ -31,7 +32,7 @@ def reservations_relocate_off_gpus(
     lost: dict[int, tuple[Reservation, list[str], str]] = {}
     affected = selectors.open_reservations_on_gpus(gpu_ids=gpu_ids, now=now)
     if during is not None:
-        affected = affected.filter(start__lt=during[1], end__gt=during[0])
+        affected = affected.filter(overlap_q(*during))
     for holding in affected.select_related("gpu__node").order_by("start", "id"):
         reservation = holding.reservation
         why = why_gpu_left(holding.gpu, maintenance=during is not None)
@@ -115,9 +116,8 @@ def _notify_stranded(
     """Tell the booking's team which of its GPUs left service with nowhere to go, and what the
     booking still has: the rest of its GPUs, or none."""
     still_held = (
-        ReservationGpu.objects.filter(
-            reservation=reservation, active=True, stranded=False, end__gt=now
-        )
+        bookings_holding(now)
+        .filter(reservation=reservation, stranded=False)
         .exclude(gpu_id__in=left)
         .values("gpu_id")
         .distinct()

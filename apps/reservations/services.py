@@ -24,6 +24,7 @@ from apps.reservations import availability, selectors
 from apps.reservations.booking import check_quota, is_overlap_violation, validate_window
 from apps.reservations.booking import reservation_create as reservation_create
 from apps.reservations.choices import OPEN_STATUSES, ReservationStatus
+from apps.reservations.holdings import bookings_holding
 from apps.reservations.models import Reservation
 from apps.reservations.policy import BookingPolicy, budget_check
 from apps.teams.choices import TeamRole
@@ -59,7 +60,7 @@ def _lock(reservation: Reservation) -> Reservation:
 
 def end_holdings_at(reservation: Reservation, moment: datetime) -> None:
     """Give back everything after `moment`: future holdings go, running ones are cut short."""
-    holdings = reservation.holdings.filter(active=True, end__gt=moment)
+    holdings = bookings_holding(moment).filter(reservation=reservation)
     holdings.filter(start__gte=moment).update(active=False)
     holdings.filter(start__lt=moment).update(end=moment)
 

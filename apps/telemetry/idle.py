@@ -14,8 +14,10 @@ from django.db.models import Count
 from django.utils import timezone
 
 from apps.fleet.models import Gpu
+from apps.jobs.holdings import allocations_holding_at
 from apps.reservations.choices import ReservationStatus
-from apps.reservations.models import Reservation, ReservationGpu
+from apps.reservations.holdings import bookings_holding, bookings_holding_at
+from apps.reservations.models import Reservation
 from apps.reservations.services import notify_team, reservation_release
 from apps.telemetry.activity import covers, idle_minute_q, idle_threshold_text, window_signal
 from apps.telemetry.choices import IdleKind
@@ -70,7 +72,7 @@ def idle_bookings_check(*, now: datetime | None = None) -> dict[str, int]:
             continue
         since = max(now - window, reservation.start)
         gpu_ids = list(
-            reservation.holdings.filter(active=True, end__gt=now).values_list("gpu_id", flat=True)
+            bookings_holding(now).filter(reservation=reservation).values_list("gpu_id", flat=True)
         )
         warning = IdleWarning.objects.filter(reservation=reservation).first()
         signals = _idle_over(gpu_ids, since, _minute(now)) if gpu_ids else None
@@ -123,19 +125,17 @@ def _minute(moment: datetime) -> datetime:
 def idle_intervals_update(*, now: datetime | None = None) -> dict[str, int]:
     """Extend (or open) the idle intervals with the minute that just ended.
 
-    held_idle: a GPU in an active booking whose last minute had no busy sample
+    held_idle: a GPU a booking holds at the minute's start whose last minute had no busy sample
     (`activity.idle_minute_q`, the rule idle reclaim and the idle page use).
-    unallocated: a schedulable GPU nobody holds."""
+    unallocated: a schedulable GPU that neither a booking nor a job holds at the minute's start
+    (`apps.jobs.holdings`)."""
     end = _minute(now or timezone.now())
     start = end - timedelta(minutes=1)
     held = {
         gpu_id: (team_id, reservation_id)
-        for gpu_id, team_id, reservation_id in ReservationGpu.objects.filter(
-            active=True,
-            start__lte=start,
-            end__gte=end,
-            reservation__status=ReservationStatus.ACTIVE,
-        ).values_list("gpu_id", "reservation__team_id", "reservation_id")
+        for gpu_id, team_id, reservation_id in bookings_holding_at(start).values_list(
+            "gpu_id", "reservation__team_id", "reservation_id"
+        )
     }
     idle_minute = set(
         GpuMinuteRollup.objects.filter(idle_minute_q(), bucket=start, gpu_id__in=held).values_list(
@@ -149,6 +149,7 @@ def idle_intervals_update(*, now: datetime | None = None) -> dict[str, int]:
         Gpu.objects.schedulable()
         .filter(mig_parent__isnull=True)
         .exclude(id__in=held)
+        .exclude(id__in=allocations_holding_at(start).values("gpu_id"))
         .values_list("id", flat=True)
     )
     current += [(gpu_id, IdleKind.UNALLOCATED, None, None) for gpu_id in unallocated]

@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 
 from django.db import connection, transaction
 
-from apps.reservations.models import ReservationGpu
+from apps.reservations.holdings import HOLDING_TEAM_AT_SQL, bookings_holding, holds_at
 from apps.telemetry.activity import busy_sample_sql, sample_is_busy
 from apps.telemetry.models import GpuHourRollup, GpuMinuteRollup, GpuSample, LateSampleRange
 from portal import hooks
@@ -59,10 +59,7 @@ INSERT INTO telemetry_gpuminuterollup
      power_avg_w, energy_j, busy_seconds, sm_active_avg, sm_occupancy_avg, tensor_active_avg,
      dram_bw_avg)
 SELECT g.gpu_id, g.bucket,
-       (SELECT r.team_id FROM reservations_reservationgpu h
-        JOIN reservations_reservation r ON r.id = h.reservation_id
-        WHERE h.gpu_id = g.gpu_id AND h.active AND h.start <= g.bucket AND h."end" > g.bucket
-        LIMIT 1),
+       {holding_team},
        g.samples, g.util_avg, g.util_max, g.mem_avg, g.mem_max, g.power_avg, g.energy_j,
        g.busy_seconds, g.sm_active_avg, g.sm_occupancy_avg, g.tensor_active_avg, g.dram_bw_avg
 FROM grouped g
@@ -214,7 +211,13 @@ def rollup_minutes(*, start: datetime, end: datetime, portable: bool | None = No
             busy_sample, busy_params = busy_sample_sql()
             with connection.cursor() as cursor:
                 cursor.execute(
-                    MINUTE_SQL.format(busy_sample=busy_sample),
+                    MINUTE_SQL.format(
+                        busy_sample=busy_sample,
+                        # a minute is charged to the team whose booking holds it at its start
+                        holding_team=HOLDING_TEAM_AT_SQL.format(
+                            gpu_id="g.gpu_id", moment="g.bucket"
+                        ),
+                    ),
                     {"start": start, "end": end, "lookback": start - LOOKBACK, **busy_params},
                 )
                 return cursor.rowcount
@@ -234,15 +237,15 @@ def _upsert(model, rows: list) -> int:
 
 def _holders(start: datetime, end: datetime) -> dict[int, list[tuple[datetime, datetime, int]]]:
     holders: dict[int, list[tuple[datetime, datetime, int]]] = defaultdict(list)
-    for gpu_id, s, e, team_id in ReservationGpu.objects.filter(
-        active=True, start__lt=end, end__gt=start
-    ).values_list("gpu_id", "start", "end", "reservation__team_id"):
+    for gpu_id, s, e, team_id in bookings_holding(start, end).values_list(
+        "gpu_id", "start", "end", "reservation__team_id"
+    ):
         holders[gpu_id].append((s, e, team_id))
     return holders
 
 
 def _team_at(holders, gpu_id: int, moment: datetime) -> int | None:
-    return next((team for s, e, team in holders.get(gpu_id, ()) if s <= moment < e), None)
+    return next((team for s, e, team in holders.get(gpu_id, ()) if holds_at(s, e, moment)), None)
 
 
 GPM_FIELDS = ("sm_active", "sm_occupancy", "tensor_active", "dram_bw_util")

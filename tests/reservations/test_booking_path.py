@@ -13,6 +13,7 @@ from apps.jobs.choices import JobStatus
 from apps.jobs.models import JobAllocation
 from apps.reservations import availability, picking, selectors
 from apps.reservations.availability import GpuInfo
+from apps.reservations.holdings import held_outside_bookings
 from apps.reservations.models import ReservationGpu
 from tests.conftest import client_for
 from tests.factories import JobFactory, ReservationFactory, make_node_with_gpus
@@ -128,7 +129,7 @@ def messy_fleet(fleet, team, member, h100, tomorrow_9):
 def _held_by_jobs(h100, window):
     return {
         gpu_id
-        for gpu_id, _, _ in selectors.busy_elsewhere(start=window[0], end=window[1], gpu_model=h100)
+        for gpu_id, _, _ in held_outside_bookings(start=window[0], end=window[1], gpu_model=h100)
     }
 
 

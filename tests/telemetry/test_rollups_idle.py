@@ -217,3 +217,22 @@ def test_no_show_booking_is_warned_before_a_full_idle_window(
     settings.IDLE_NO_SHOW_MINUTES = 25  # not yet a no-show, and younger than the idle window
     IdleWarning.objects.all().delete()
     assert idle_bookings_check(now=now)["warned"] == 0
+
+
+def test_a_gpu_running_a_job_outside_bookings_is_not_unallocated(fleet, h100, team, member, now):
+    """Unallocated means nobody holds the GPU: a job outside any booking holds it too (the
+    idle page counted such a GPU as unallocated while metering charged it to the job)."""
+    from apps.jobs.choices import JobStatus
+    from apps.jobs.models import JobAllocation
+    from tests.factories import JobFactory
+
+    minute = now.replace(second=0, microsecond=0)
+    running = h100.gpus.order_by("id").first()
+    job = JobFactory(team=team, submitted_by=member, status=JobStatus.RUNNING)
+    JobAllocation.objects.create(job=job, gpu=running, start=minute - timedelta(minutes=5))
+    idle_intervals_update(now=minute)
+    unallocated = set(
+        IdleInterval.objects.filter(kind=IdleKind.UNALLOCATED).values_list("gpu_id", flat=True)
+    )
+    assert running.pk not in unallocated
+    assert len(unallocated) == 19  # the other GPUs of the fleet

@@ -12,10 +12,10 @@ from datetime import datetime, timedelta
 from apps.dashboards.demo.telemetry import gpm_averages
 from apps.fleet.models import Gpu, GpuModel
 from apps.jobs.choices import JobPriorityClass, JobStatus
+from apps.jobs.holdings import holders
 from apps.jobs.models import Job, JobAllocation
 from apps.jobs.services import job_submit
 from apps.jobs.transitions import initial_job_status
-from apps.reservations.models import ReservationGpu
 from apps.teams.models import Team, User
 from apps.telemetry.choices import IdleKind
 from apps.telemetry.models import GpuHourRollup, IdleInterval
@@ -47,13 +47,7 @@ WAITING_JOB = ("nlp", "bob", "pretraining-run-15", "H100-SXM-80GB", 16, 48)
 
 def _free_gpus(model: GpuModel, count: int, start: datetime, end: datetime) -> list[Gpu]:
     """`count` GPUs of the model on one node that no booking or job holds in [start, end)."""
-    taken = set(
-        ReservationGpu.objects.filter(active=True, start__lt=end, end__gt=start).values_list(
-            "gpu_id", flat=True
-        )
-    ) | set(
-        JobAllocation.objects.filter(start__lt=end, end__gt=start).values_list("gpu_id", flat=True)
-    )
+    taken = {holder.gpu_id for holder in holders(start, end)}
     by_node: dict[int, list[Gpu]] = {}
     for gpu in Gpu.objects.filter(model=model, mig_parent__isnull=True).order_by("node", "index"):
         if gpu.pk not in taken:

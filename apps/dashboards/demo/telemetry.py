@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from apps.dashboards.demo.fleet import HISTORY_DAYS
 from apps.fleet.models import Gpu
-from apps.reservations.models import ReservationGpu
+from apps.reservations.holdings import bookings_holding
 from apps.telemetry.choices import IdleKind
 from apps.telemetry.models import GpuHourRollup, GpuMinuteRollup, GpuSample, IdleInterval
 from apps.telemetry.rollups import rollup_team_models
@@ -30,7 +30,7 @@ def _holder_lookup(start: datetime):
     """gpu_id -> (sorted starts, [(start, end, team_id)]) of active holdings since `start`."""
     holdings = defaultdict(list)
     for gpu_id, h_start, h_end, team_id in (
-        ReservationGpu.objects.filter(active=True, end__gt=start)
+        bookings_holding(start)
         .values_list("gpu_id", "start", "end", "reservation__team_id")
         .order_by("gpu_id", "start")
     ):

@@ -10,7 +10,8 @@ from django.utils import timezone
 from apps.dashboards.selectors.filters import Filters
 from apps.fleet.models import Gpu
 from apps.fleet.selectors import powered_off_intervals
-from apps.jobs.models import Job, JobAllocation
+from apps.jobs.holdings import allocations_holding
+from apps.jobs.models import Job
 
 POINTS = 200  # samples over the window, at least a minute apart
 
@@ -64,9 +65,7 @@ def capacity(filters: Filters) -> dict:
         for i in powered_off_intervals(start, end)
         if i.node_id in per_node
     )
-    allocations = JobAllocation.objects.filter(
-        Q(end__isnull=True) | Q(end__gt=start), start__lt=end, job__team_id__in=filters.team_ids
-    )
+    allocations = allocations_holding(start, end).filter(job__team_id__in=filters.team_ids)
     jobs = Job.objects.filter(submitted_at__lt=end, team_id__in=filters.team_ids).exclude(
         started_at__lte=start
     )

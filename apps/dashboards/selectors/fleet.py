@@ -12,8 +12,7 @@ from apps.fleet.choices import GpuHealth, GpuStatus, NodeStatus
 from apps.fleet.models import Gpu, Node
 from apps.jobs.choices import JobStatus
 from apps.jobs.models import Job
-from apps.reservations.choices import OPEN_STATUSES
-from apps.reservations.models import ReservationGpu
+from apps.reservations.holdings import bookings_holding_at
 from apps.teams.models import Quota
 from apps.telemetry.models import GpuSample
 
@@ -65,13 +64,11 @@ def quota_pressure(filters: Filters, *, now: datetime | None = None) -> list[dic
     if filters.gpu_model:
         quotas = quotas.filter(Q(gpu_model=filters.gpu_model) | Q(gpu_model__isnull=True))
     held = defaultdict(int)
-    for team_id, model_id in ReservationGpu.objects.filter(
-        active=True,
-        start__lte=now,
-        end__gt=now,
-        reservation__status__in=OPEN_STATUSES,
-        reservation__team_id__in=filters.team_ids,
-    ).values_list("reservation__team_id", "gpu__model_id"):
+    for team_id, model_id in (
+        bookings_holding_at(now)
+        .filter(reservation__team_id__in=filters.team_ids)
+        .values_list("reservation__team_id", "gpu__model_id")
+    ):
         held[(team_id, model_id)] += 1
         held[(team_id, None)] += 1
     waiting = defaultdict(int)

@@ -10,8 +10,10 @@ from django.utils import timezone
 from apps.audit.models import AuditEvent
 from apps.audit.selectors import field_changes
 from apps.fleet.models import Gpu
-from apps.jobs.models import Job, JobAllocation
-from apps.reservations.models import Reservation, ReservationGpu
+from apps.jobs.holdings import allocations_holding
+from apps.jobs.models import Job
+from apps.reservations.holdings import bookings_holding
+from apps.reservations.models import Reservation
 from apps.telemetry.models import GpuHourRollup, GpuMinuteRollup
 
 # The windows the GPU page offers: the last day from minute rollups, the last week from hour
@@ -57,9 +59,9 @@ def gpu_holders(gpu: Gpu, *, user, start: datetime, end: datetime) -> list[dict]
         Job.objects.for_user(user).filter(allocations__gpu=gpu).values_list("pk", flat=True)
     )
     held = []
-    for holding in ReservationGpu.objects.filter(
-        gpu=gpu, active=True, start__lt=end, end__gt=start
-    ).select_related("reservation__team"):
+    for holding in bookings_holding(start, end, gpu_ids=[gpu.pk]).select_related(
+        "reservation__team"
+    ):
         reservation = holding.reservation
         held.append(
             {
@@ -72,11 +74,7 @@ def gpu_holders(gpu: Gpu, *, user, start: datetime, end: datetime) -> list[dict]
                 "end": holding.end,
             }
         )
-    for allocation in (
-        JobAllocation.objects.filter(gpu=gpu, start__lt=end)
-        .filter(Q(end__isnull=True) | Q(end__gt=start))
-        .select_related("job__team")
-    ):
+    for allocation in allocations_holding(start, end, gpu_ids=[gpu.pk]).select_related("job__team"):
         job = allocation.job
         held.append(
             {

@@ -9,9 +9,10 @@ from django.utils import timezone
 from apps.dashboards.selectors.filters import MAX_POINTS, UNALLOCATED, Filters, floor_to_step
 from apps.fleet.choices import GpuHealth, GpuStatus, NodeStatus
 from apps.fleet.models import Gpu, GpuModel
-from apps.jobs.models import JobAllocation
-from apps.reservations.choices import OPEN_STATUSES, ReservationStatus
-from apps.reservations.models import Reservation, ReservationGpu
+from apps.jobs.holdings import allocations_holding_at
+from apps.reservations.choices import ReservationStatus
+from apps.reservations.holdings import bookings_holding_at
+from apps.reservations.models import Reservation
 from apps.teams.models import Team
 from apps.telemetry.activity import busy_minute_q, window_signal
 from apps.telemetry.choices import IdleKind
@@ -94,14 +95,8 @@ def gpu_states_now(filters: Filters, *, now: datetime | None = None) -> list[dic
     if filters.gpu_model:
         gpus = gpus.filter(model=filters.gpu_model)
     gpus = list(gpus.exclude(status=GpuStatus.RETIRED).exclude(node__status=NodeStatus.RETIRED))
-    holders = dict(
-        ReservationGpu.objects.filter(
-            active=True, start__lte=now, end__gt=now, reservation__status__in=OPEN_STATUSES
-        ).values_list("gpu_id", "reservation__team_id")
-    )
-    running_jobs = JobAllocation.objects.filter(end__isnull=True).values_list(
-        "gpu_id", "job__team_id"
-    )
+    holders = dict(bookings_holding_at(now).values_list("gpu_id", "reservation__team_id"))
+    running_jobs = allocations_holding_at(now).values_list("gpu_id", "job__team_id")
     for gpu_id, team_id in running_jobs:
         # A job inside a booking runs on the booking's GPUs: the booking names the holder.
         holders.setdefault(gpu_id, team_id)

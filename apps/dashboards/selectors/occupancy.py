@@ -1,23 +1,18 @@
 """Bookings and jobs per GPU over the window (the occupancy Gantt)."""
 
-from django.db.models import Q
 from django.utils import timezone
 
 from apps.dashboards.selectors.filters import Filters
-from apps.jobs.models import JobAllocation
-from apps.reservations.choices import ReservationStatus
-from apps.reservations.models import ReservationGpu
+from apps.jobs.holdings import allocations_holding
+from apps.reservations.holdings import bookings_holding
 
 
 def occupancy(filters: Filters) -> list[dict]:
     """Bookings and jobs on each GPU in the window, for the user's visible teams."""
     items = []
-    holdings = ReservationGpu.objects.filter(
-        active=True,
-        start__lt=filters.end,
-        end__gt=filters.start,
-        reservation__team_id__in=filters.team_ids,
-    ).exclude(reservation__status=ReservationStatus.CANCELLED)
+    holdings = bookings_holding(filters.start, filters.end).filter(
+        reservation__team_id__in=filters.team_ids
+    )
     if filters.gpu_model:
         holdings = holdings.filter(gpu__model=filters.gpu_model)
     for h in holdings.select_related("gpu__node", "reservation__team")[:5000]:
@@ -32,10 +27,8 @@ def occupancy(filters: Filters) -> list[dict]:
             }
         )
     now = timezone.now()
-    allocations = JobAllocation.objects.filter(
-        Q(end__isnull=True) | Q(end__gt=filters.start),
-        start__lt=filters.end,
-        job__team_id__in=filters.team_ids,
+    allocations = allocations_holding(filters.start, filters.end).filter(
+        job__team_id__in=filters.team_ids
     )
     if filters.gpu_model:
         allocations = allocations.filter(gpu__model=filters.gpu_model)

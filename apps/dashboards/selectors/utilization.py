@@ -16,8 +16,8 @@ from apps.dashboards.selectors.filters import (
 )
 from apps.fleet.choices import GpuStatus
 from apps.fleet.models import Gpu, GpuModel
-from apps.jobs.models import JobAllocation
-from apps.reservations.models import ReservationGpu
+from apps.jobs.holdings import allocations_holding
+from apps.reservations.holdings import bookings_holding
 from apps.telemetry.selectors import team_model_hours
 
 
@@ -30,9 +30,7 @@ def _uses(filters: Filters, *, all_teams: bool) -> list[tuple]:
     constraint) and the scheduler places jobs outside bookings on GPUs no booking holds, so the
     counts add up."""
     in_fleet = Q(gpu__mig_parent__isnull=True) & ~Q(gpu__status=GpuStatus.RETIRED)
-    holdings = ReservationGpu.objects.filter(
-        active=True, start__lt=filters.end, end__gt=filters.start
-    )
+    holdings = bookings_holding(filters.start, filters.end)
     if not all_teams:
         holdings = holdings.filter(reservation__team_id__in=filters.team_ids)
     if filters.gpu_model:
@@ -42,11 +40,7 @@ def _uses(filters: Filters, *, all_teams: bool) -> list[tuple]:
         .annotate(n=Count("id"), fleet_n=Count("id", filter=in_fleet))
         .order_by()
     )
-    jobs = JobAllocation.objects.filter(
-        Q(end__isnull=True) | Q(end__gt=filters.start),
-        job__reservation__isnull=True,
-        start__lt=filters.end,
-    )
+    jobs = allocations_holding(filters.start, filters.end, outside_bookings=True)
     if not all_teams:
         jobs = jobs.filter(job__team_id__in=filters.team_ids)
     if filters.gpu_model:

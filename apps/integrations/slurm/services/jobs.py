@@ -8,7 +8,7 @@ from pathlib import Path
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F, Q
+from django.db.models import F
 from django.utils import timezone
 
 from apps.fleet.models import Gpu, Node
@@ -38,6 +38,7 @@ from apps.integrations.slurm.services.common import (
     slurm_backend,
 )
 from apps.jobs.choices import FINISHED_STATUSES, WAITING_STATUSES, JobStatus
+from apps.jobs.holdings import allocations_holding_at
 from apps.jobs.models import Job, JobAllocation
 from apps.jobs.services import close_allocations, release_job_allocations
 from apps.jobs.transitions import job_transition
@@ -154,9 +155,9 @@ def _allocate(job: Job, *, indices: dict[str, list[int]], nodes: list[str], coun
             chosen += [g for g in on_node if g.index in wanted]
             continue
         busy = set(
-            JobAllocation.objects.filter(gpu__in=on_node, start__lte=start)
-            .filter(Q(end__isnull=True) | Q(end__gt=start))
-            .values_list("gpu_id", flat=True)
+            allocations_holding_at(start, gpu_ids=[g.pk for g in on_node]).values_list(
+                "gpu_id", flat=True
+            )
         )
         chosen += [g for g in on_node if g.pk not in busy]
     chosen = chosen[:count]

@@ -1,51 +1,22 @@
-"""Reads for reservations: what is free, what a team holds, what a user may see."""
+"""Reads of what is free: schedulable GPUs, busy intervals, bookable slots, free capacity."""
 
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.db import connection
-from django.db.models import BigIntegerField, Exists, Func, OuterRef, Q, QuerySet
+from django.db.models import BigIntegerField, Exists, Func, OuterRef
 from django.utils import timezone
 
-from apps.fleet.choices import PowerState
 from apps.fleet.models import Gpu, GpuModel, MaintenanceWindow
 from apps.fleet.selectors import node_power_ready_times
 from apps.reservations import availability
 from apps.reservations.availability import GpuInfo, Interval
-from apps.reservations.choices import OPEN_STATUSES
-from apps.reservations.models import Reservation, ReservationGpu
+from apps.reservations.holdings import bookings_holding, gpu_booked_q, held_outside_bookings
 from apps.reservations.policy import BookingPolicy
-from apps.teams.models import Quota, Team
-from apps.teams.quota_rule import Holdings, QuotaRow, QuotaRule, Verdict
+from apps.reservations.selectors.quota import team_holdings, team_quota_blocked
+from apps.teams.models import Team
 from apps.teams.selectors import team_quota_rule
-from portal import queries
-
-
-def busy_elsewhere(
-    *, start, end, gpu_ids=None, gpu_model=None, team=None
-) -> list[tuple[int, int, int]]:
-    """(gpu_id, start_s, end_s) of GPUs held by something other than bookings over [start,
-    end), by `team` if given: the answers to the `gpus.busy_intervals` query (jobs: running jobs
-    outside bookings, until their maximum runtime). Higher layers answer the query;
-    reservations never imports them."""
-    return [
-        interval
-        for intervals in queries.ask(
-            "gpus.busy_intervals",
-            start=start,
-            end=end,
-            gpu_ids=gpu_ids,
-            gpu_model=gpu_model,
-            team=team,
-        )
-        for interval in intervals
-    ]
-
-
-def reservation_list(*, user) -> QuerySet[Reservation]:
-    """Reservations of the user's teams (all teams for finance and platform admins)."""
-    return Reservation.objects.for_user(user).select_related("team", "gpu_model", "created_by")
 
 
 def _fetch_rows(queryset) -> list[tuple]:
@@ -70,13 +41,7 @@ def schedulable_gpus(
     at = ready_by or free_from
     gpus = Gpu.objects.schedulable(at=at).filter(model=gpu_model, mig_parent__isnull=True)
     if free_from is not None and free_until is not None:
-        gpus = gpus.exclude(
-            Exists(
-                ReservationGpu.objects.filter(
-                    gpu=OuterRef("pk"), active=True, start__lt=free_until, end__gt=free_from
-                )
-            )
-        ).exclude(
+        gpus = gpus.exclude(gpu_booked_q(free_from, free_until)).exclude(
             Exists(
                 MaintenanceWindow.objects.filter(
                     node=OuterRef("node"), start__lt=free_until, end__gt=free_from
@@ -86,7 +51,9 @@ def schedulable_gpus(
         # GPUs of running jobs (outside reservations) until their maximum runtime ends.
         held = {
             gpu_id
-            for gpu_id, _, _ in busy_elsewhere(start=free_from, end=free_until, gpu_model=gpu_model)
+            for gpu_id, _, _ in held_outside_bookings(
+                start=free_from, end=free_until, gpu_model=gpu_model
+            )
         }
         if held:
             gpus = gpus.exclude(id__in=held)
@@ -147,11 +114,9 @@ def busy_intervals(
     """Active holdings overlapping [start, end), per GPU, as epoch-second intervals, for the
     given GPUs or all GPUs of a model; only those starting at or after `starting_from` if
     given (to extend an earlier load without reading rows twice)."""
-    rows = ReservationGpu.objects.filter(active=True, start__lt=end, end__gt=start)
+    rows = bookings_holding(start, end, gpu_ids=gpu_ids)
     if starting_from is not None:
         rows = rows.filter(start__gte=starting_from)
-    if gpu_ids is not None:
-        rows = rows.filter(gpu_id__in=gpu_ids)
     if gpu_model is not None:
         rows = rows.filter(gpu__model=gpu_model)
     if exclude_reservation_id is not None:
@@ -177,7 +142,9 @@ def busy_intervals(
     for gpu_id, s, e in _fetch_rows(windows):
         busy[gpu_id].append((s, e))
     # Running jobs outside reservations hold their GPUs until their maximum runtime ends.
-    for gpu_id, s, e in busy_elsewhere(start=start, end=end, gpu_ids=gpu_ids, gpu_model=gpu_model):
+    for gpu_id, s, e in held_outside_bookings(
+        start=start, end=end, gpu_ids=gpu_ids, gpu_model=gpu_model
+    ):
         busy[gpu_id].append((s, e))
     return busy
 
@@ -295,34 +262,6 @@ def slots_from_now(
     )
 
 
-def team_quota_models(*, team: Team) -> list[GpuModel]:
-    """GPU models the team may book (a quota with a limit above 0), largest limit first; every
-    model when the team has an any-model quota."""
-    quotas = list(
-        Quota.objects.filter(team=team, limit__gt=0)
-        .select_related("gpu_model")
-        .order_by("-limit", "gpu_model__name")
-    )
-    if any(quota.gpu_model_id is None for quota in quotas):
-        return list(GpuModel.objects.order_by("name"))
-    return [quota.gpu_model for quota in quotas]
-
-
-def team_quota_blocked(
-    *, team: Team, gpu_model: GpuModel, count: int, start: datetime, end: datetime
-) -> list[Interval]:
-    """Epoch intervals within [start, end) that a new booking of `count` GPUs by `team` may not
-    overlap, because the team would then hold more than a limit of its quota: the quota rule
-    over its bookings and running jobs, as `services.check_quota` applies it, read without
-    locks. No quota at all blocks everything."""
-    rule = team_quota_rule(team=team)
-    holdings = team_holdings(team=team, start=start, end=end)
-    return [
-        (availability.to_epoch(s), availability.to_epoch_ceil(e))
-        for s, e in rule.full_windows(team.slug, gpu_model.name, count, start, end, holdings)
-    ]
-
-
 def free_capacity(
     *,
     gpu_model: GpuModel,
@@ -355,186 +294,3 @@ def free_capacity(
         (t, max(0, min(free, rule.room_over(team.slug, gpu_model.name, t, t + bucket, holdings))))
         for t, free in points
     ]
-
-
-def peak_concurrent(intervals: list[tuple[datetime, datetime, int]]) -> int:
-    """Largest sum of counts at any instant over (start, end, count) intervals."""
-    events = []
-    for s, e, n in intervals:
-        events.append((s, n))
-        events.append((e, -n))
-    peak = current = 0
-    for _, delta in sorted(events, key=lambda ev: (ev[0], ev[1])):
-        current += delta
-        peak = max(peak, current)
-    return peak
-
-
-def team_booked_intervals(
-    *,
-    team: Team,
-    start: datetime,
-    end: datetime,
-    gpu_model: GpuModel | None = None,
-    exclude_reservation_id: int | None = None,
-) -> list[tuple[datetime, datetime, int]]:
-    """The team's active holdings overlapping [start, end), clipped to it, as (s, e, 1)."""
-    rows = ReservationGpu.objects.filter(
-        reservation__team=team, active=True, start__lt=end, end__gt=start
-    )
-    if gpu_model is not None:
-        rows = rows.filter(reservation__gpu_model=gpu_model)
-    if exclude_reservation_id is not None:
-        rows = rows.exclude(reservation_id=exclude_reservation_id)
-    return [(max(s, start), min(e, end), 1) for s, e in rows.values_list("start", "end")]
-
-
-def team_holdings(
-    *, team: Team, start: datetime, end: datetime, exclude_reservation_id: int | None = None
-) -> Holdings:
-    """What the team holds over [start, end), of every model, as the quota rule counts it: its
-    bookings' GPUs and its running jobs' GPUs outside bookings (until their maximum runtime)."""
-    holdings = Holdings()
-    rows = ReservationGpu.objects.filter(
-        reservation__team=team, active=True, start__lt=end, end__gt=start
-    )
-    if exclude_reservation_id is not None:
-        rows = rows.exclude(reservation_id=exclude_reservation_id)
-    for s, e, model in rows.values_list("start", "end", "reservation__gpu_model__name"):
-        holdings.add(team.slug, model, s, e)
-    jobs = busy_elsewhere(start=start, end=end, team=team)
-    models = dict(
-        Gpu.objects.filter(pk__in={gpu_id for gpu_id, _, _ in jobs}).values_list(
-            "pk", "model__name"
-        )
-    )
-    for gpu_id, s, e in jobs:
-        holdings.add(
-            team.slug, models[gpu_id], availability.from_epoch(s), availability.from_epoch(e)
-        )
-    return holdings
-
-
-def quota_verdict(
-    *,
-    team: Team,
-    gpu_model: GpuModel,
-    count: int,
-    start: datetime,
-    end: datetime,
-    quotas=None,
-    exclude_reservation_id: int | None = None,
-) -> Verdict:
-    """The quota rule's answer for ``count`` more GPUs of ``gpu_model`` over [start, end) on top
-    of what the team holds then: admitted or not, and how many are above its guarantee.
-    ``quotas``: the rows to apply (booking admission passes them locked); default: read."""
-    if quotas is None:
-        rule = team_quota_rule(team=team)
-    else:
-        rule = QuotaRule(
-            QuotaRow(team.slug, q.gpu_model.name if q.gpu_model else None, q.guaranteed, q.limit)
-            for q in quotas
-        )
-    holdings = team_holdings(
-        team=team, start=start, end=end, exclude_reservation_id=exclude_reservation_id
-    )
-    return rule.admit(team.slug, gpu_model.name, count, start, end, holdings)
-
-
-def quota_usage(*, quotas, now: datetime | None = None) -> dict[int, dict]:
-    """Per quota (by id): what its team holds in the row's scope (bookings and running jobs,
-    as the quota rule counts them) now, and at its peak over the next 7 days. Answers the
-    `quota.usage` hook of teams' quota tables."""
-    now = now or timezone.now()
-    week = now + timedelta(days=7)
-    usage = {}
-    holdings: dict[int, Holdings] = {}
-    for quota in quotas:
-        team = quota.team
-        if team.pk not in holdings:
-            holdings[team.pk] = team_holdings(team=team, start=now, end=week)
-        held = holdings[team.pk]
-        model = quota.gpu_model.name if quota.gpu_model else None
-        usage[quota.pk] = {
-            "in_use": held.peak(team.slug, model, now, now + timedelta(seconds=1)),
-            "peak_7d": held.peak(team.slug, model, now, week),
-        }
-    return usage
-
-
-def open_reservations_on_gpus(*, gpu_ids, now: datetime) -> QuerySet[ReservationGpu]:
-    return ReservationGpu.objects.filter(
-        Q(gpu_id__in=gpu_ids),
-        active=True,
-        end__gt=now,
-        reservation__status__in=OPEN_STATUSES,
-    ).select_related("reservation", "reservation__team", "gpu")
-
-
-def with_figures(reservations) -> list[Reservation]:
-    """The bookings, each with `figures`: what higher apps add through the
-    `reservations.figures` hook (efficiency, cost so far), {} when nothing answers; one answer
-    per subscriber for the whole list."""
-    reservations = list(reservations)
-    figures = queries.ask_merged("reservations.figures", reservations=reservations)
-    for reservation in reservations:
-        reservation.figures = figures.get(reservation.pk, {})
-    return reservations
-
-
-@dataclass(frozen=True)
-class HoldingChange:
-    """What happened to one of a booking's GPUs when it left service: moved to another GPU
-    (`moved`), or stranded on it because no other GPU was free."""
-
-    moved: bool
-    gpu: Gpu  # where the booking is now (moved) or the GPU that left service (stranded)
-    moved_from: Gpu | None
-    at: datetime
-    reason: str
-
-
-def holding_changes(*, reservation: Reservation, now: datetime | None = None) -> dict:
-    """The booking's GPUs that left service: `moved` (each to its new GPU) and `stranded`
-    (left on a GPU out of service, while the holding lasts and the GPU is still out of
-    service for it), and whether any GPU is left in
-    service for the rest of the booking (`none_left`)."""
-    now = now or timezone.now()
-    rows = list(
-        ReservationGpu.objects.filter(reservation=reservation, active=True)
-        .filter(Q(moved_from__isnull=False) | Q(stranded=True, end__gt=now))
-        .select_related("gpu__node", "moved_from__node")
-        .order_by("changed_at", "gpu__node__hostname", "gpu__index")
-    )
-    moved = [
-        HoldingChange(True, r.gpu, r.moved_from, r.changed_at, r.change_reason)
-        for r in rows
-        if r.moved_from_id
-    ]
-    # A stranded holding is news only while its GPU is still out of service for it: back in
-    # service (undrained, the maintenance window cancelled), the booking has it again.
-    # A powered-down node still serves its bookings (it is woken for them), unless it failed
-    # to power on.
-    in_service = set(
-        Gpu.objects.in_service()
-        .exclude(node__power_state=PowerState.RESUME_FAILED)
-        .filter(pk__in=[r.gpu_id for r in rows if r.stranded])
-        .values_list("pk", flat=True)
-    )
-    stranded = [
-        HoldingChange(False, r.gpu, None, r.changed_at, r.change_reason)
-        for r in rows
-        if r.stranded
-        and (
-            r.gpu_id not in in_service
-            or MaintenanceWindow.objects.filter(
-                node_id=r.gpu.node_id, start__lt=r.end, end__gt=r.start
-            ).exists()
-        )
-    ]
-    none_left = bool(stranded) and not (
-        ReservationGpu.objects.filter(reservation=reservation, active=True, end__gt=now)
-        .exclude(gpu_id__in=[c.gpu.pk for c in stranded])
-        .exists()
-    )
-    return {"moved": moved, "stranded": stranded, "none_left": none_left}

@@ -1,0 +1,119 @@
+"""Who holds GPU g over [s, e): bookings (`apps.reservations.holdings`) and job allocations.
+
+A job holds a GPU through its allocation rows (`JobAllocation`) over [start, end), half-open
+like a booking's holding; a running allocation has no end yet and holds from its start on.
+A job inside a booking runs on GPUs the booking already holds, so readers that count or
+charge GPUs take only the jobs outside bookings (``outside_bookings``). For the future, a
+running job outside a booking is taken to hold its GPUs until its maximum runtime ends
+(`job_busy_intervals`), which is what booking availability and the quota rule count.
+"""
+
+import math
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db.models import QuerySet
+from django.utils import timezone
+
+from apps.fleet.models import GpuModel
+from apps.jobs.choices import ACTIVE_STATUSES, JobStatus
+from apps.jobs.models import JobAllocation
+from apps.reservations.holdings import at_q, bookings_holding, overlap_q
+from apps.teams.models import Team
+from apps.teams.quota_rule import job_held_until
+
+
+def allocations_holding(
+    start: datetime,
+    end: datetime | None = None,
+    *,
+    gpu_ids=None,
+    outside_bookings: bool = False,
+) -> QuerySet[JobAllocation]:
+    """Job allocations of the GPUs (all GPUs if None) over [start, end), running ones
+    included; from ``start`` on when ``end`` is None. ``outside_bookings``: only jobs that do
+    not run inside a booking."""
+    rows = JobAllocation.objects.filter(overlap_q(start, end, open_end=True))
+    return _narrowed(rows, gpu_ids=gpu_ids, outside_bookings=outside_bookings)
+
+
+def allocations_holding_at(
+    moment: datetime, *, gpu_ids=None, outside_bookings: bool = False
+) -> QuerySet[JobAllocation]:
+    """Job allocations of the GPUs (all GPUs if None) at the instant ``moment``."""
+    rows = JobAllocation.objects.filter(at_q(moment, open_end=True))
+    return _narrowed(rows, gpu_ids=gpu_ids, outside_bookings=outside_bookings)
+
+
+def _narrowed(rows, *, gpu_ids, outside_bookings: bool):
+    if gpu_ids is not None:
+        rows = rows.filter(gpu_id__in=gpu_ids)
+    if outside_bookings:
+        rows = rows.filter(job__reservation__isnull=True)
+    return rows
+
+
+@dataclass(frozen=True)
+class Holder:
+    """One booking holding or job allocation of a GPU; ``end`` None: a job still running."""
+
+    kind: str  # "booking" or "job"
+    id: int  # the booking's or the job's
+    gpu_id: int
+    team_id: int
+    start: datetime
+    end: datetime | None
+
+
+def holders(start: datetime, end: datetime, *, gpu_ids=None) -> list[Holder]:
+    """Every booking and job that holds the GPUs (all GPUs if None) over [start, end), jobs
+    inside bookings included, bookings first, each by start."""
+    bookings = bookings_holding(start, end, gpu_ids=gpu_ids).order_by("start", "pk")
+    jobs = allocations_holding(start, end, gpu_ids=gpu_ids).order_by("start", "pk")
+    return [
+        *(
+            Holder("booking", reservation_id, gpu_id, team_id, s, e)
+            for reservation_id, gpu_id, team_id, s, e in bookings.values_list(
+                "reservation_id", "gpu_id", "reservation__team_id", "start", "end"
+            )
+        ),
+        *(
+            Holder("job", job_id, gpu_id, team_id, s, e)
+            for job_id, gpu_id, team_id, s, e in jobs.values_list(
+                "job_id", "gpu_id", "job__team_id", "start", "end"
+            )
+        ),
+    ]
+
+
+def job_busy_intervals(
+    *,
+    start: datetime,
+    end: datetime,
+    gpu_ids=None,
+    gpu_model: GpuModel | None = None,
+    team: Team | None = None,
+) -> list[tuple[int, int, int]]:
+    """(gpu_id, start_s, end_s) for GPUs held by running jobs outside reservations (of `team`
+    if given), from the allocation's start until the job's maximum runtime ends (or, for a job
+    that outran it, until the kill's grace period ends), overlapping [start, end). Answers the
+    `gpus.busy_intervals` query of booking availability."""
+    rows = allocations_holding(start, end, gpu_ids=gpu_ids, outside_bookings=True).filter(
+        end__isnull=True, job__status__in=(*ACTIVE_STATUSES, JobStatus.PREEMPTED)
+    )
+    if gpu_model is not None:
+        rows = rows.filter(gpu__model=gpu_model)
+    if team is not None:
+        rows = rows.filter(job__team=team)
+    result = []
+    now = timezone.now()
+    grace = timedelta(seconds=settings.JOBS_KILL_GRACE_SECONDS)
+    for gpu_id, alloc_start, job_start, runtime in rows.values_list(
+        "gpu_id", "start", "job__started_at", "job__max_runtime_seconds"
+    ):
+        until = job_held_until((job_start or alloc_start) + timedelta(seconds=runtime), now, grace)
+        if until <= start:
+            continue
+        result.append((gpu_id, math.floor(alloc_start.timestamp()), math.ceil(until.timestamp())))
+    return result

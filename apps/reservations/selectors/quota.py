@@ -1,0 +1,112 @@
+"""Reads of what a team holds and may still book under its quota."""
+
+from datetime import datetime, timedelta
+
+from django.utils import timezone
+
+from apps.fleet.models import Gpu, GpuModel
+from apps.reservations import availability
+from apps.reservations.availability import Interval
+from apps.reservations.holdings import bookings_holding, held_outside_bookings
+from apps.teams.models import Quota, Team
+from apps.teams.quota_rule import Holdings, QuotaRow, QuotaRule, Verdict
+from apps.teams.selectors import team_quota_rule
+
+
+def team_quota_models(*, team: Team) -> list[GpuModel]:
+    """GPU models the team may book (a quota with a limit above 0), largest limit first; every
+    model when the team has an any-model quota."""
+    quotas = list(
+        Quota.objects.filter(team=team, limit__gt=0)
+        .select_related("gpu_model")
+        .order_by("-limit", "gpu_model__name")
+    )
+    if any(quota.gpu_model_id is None for quota in quotas):
+        return list(GpuModel.objects.order_by("name"))
+    return [quota.gpu_model for quota in quotas]
+
+
+def team_quota_blocked(
+    *, team: Team, gpu_model: GpuModel, count: int, start: datetime, end: datetime
+) -> list[Interval]:
+    """Epoch intervals within [start, end) that a new booking of `count` GPUs by `team` may not
+    overlap, because the team would then hold more than a limit of its quota: the quota rule
+    over its bookings and running jobs, as `services.check_quota` applies it, read without
+    locks. No quota at all blocks everything."""
+    rule = team_quota_rule(team=team)
+    holdings = team_holdings(team=team, start=start, end=end)
+    return [
+        (availability.to_epoch(s), availability.to_epoch_ceil(e))
+        for s, e in rule.full_windows(team.slug, gpu_model.name, count, start, end, holdings)
+    ]
+
+
+def team_holdings(
+    *, team: Team, start: datetime, end: datetime, exclude_reservation_id: int | None = None
+) -> Holdings:
+    """What the team holds over [start, end), of every model, as the quota rule counts it: its
+    bookings' GPUs and its running jobs' GPUs outside bookings (until their maximum runtime)."""
+    holdings = Holdings()
+    rows = bookings_holding(start, end).filter(reservation__team=team)
+    if exclude_reservation_id is not None:
+        rows = rows.exclude(reservation_id=exclude_reservation_id)
+    for s, e, model in rows.values_list("start", "end", "reservation__gpu_model__name"):
+        holdings.add(team.slug, model, s, e)
+    jobs = held_outside_bookings(start=start, end=end, team=team)
+    models = dict(
+        Gpu.objects.filter(pk__in={gpu_id for gpu_id, _, _ in jobs}).values_list(
+            "pk", "model__name"
+        )
+    )
+    for gpu_id, s, e in jobs:
+        holdings.add(
+            team.slug, models[gpu_id], availability.from_epoch(s), availability.from_epoch(e)
+        )
+    return holdings
+
+
+def quota_verdict(
+    *,
+    team: Team,
+    gpu_model: GpuModel,
+    count: int,
+    start: datetime,
+    end: datetime,
+    quotas=None,
+    exclude_reservation_id: int | None = None,
+) -> Verdict:
+    """The quota rule's answer for ``count`` more GPUs of ``gpu_model`` over [start, end) on top
+    of what the team holds then: admitted or not, and how many are above its guarantee.
+    ``quotas``: the rows to apply (booking admission passes them locked); default: read."""
+    if quotas is None:
+        rule = team_quota_rule(team=team)
+    else:
+        rule = QuotaRule(
+            QuotaRow(team.slug, q.gpu_model.name if q.gpu_model else None, q.guaranteed, q.limit)
+            for q in quotas
+        )
+    holdings = team_holdings(
+        team=team, start=start, end=end, exclude_reservation_id=exclude_reservation_id
+    )
+    return rule.admit(team.slug, gpu_model.name, count, start, end, holdings)
+
+
+def quota_usage(*, quotas, now: datetime | None = None) -> dict[int, dict]:
+    """Per quota (by id): what its team holds in the row's scope (bookings and running jobs,
+    as the quota rule counts them) now, and at its peak over the next 7 days. Answers the
+    `quota.usage` hook of teams' quota tables."""
+    now = now or timezone.now()
+    week = now + timedelta(days=7)
+    usage = {}
+    holdings: dict[int, Holdings] = {}
+    for quota in quotas:
+        team = quota.team
+        if team.pk not in holdings:
+            holdings[team.pk] = team_holdings(team=team, start=now, end=week)
+        held = holdings[team.pk]
+        model = quota.gpu_model.name if quota.gpu_model else None
+        usage[quota.pk] = {
+            "in_use": held.peak(team.slug, model, now, now + timedelta(seconds=1)),
+            "peak_7d": held.peak(team.slug, model, now, week),
+        }
+    return usage
