@@ -39,6 +39,7 @@ demo: $(VENV)/.installed-runtime
 	@echo "  logins (password '$(DEMO_PASSWORD)'):"
 	@echo "    alice - member of team vision"
 	@echo "    bob   - team admin of nlp"
+	@echo "    rita  - unit admin of Research (teams vision and nlp)"
 	@echo "    fran  - finance"
 	@echo "    admin - platform admin (also /admin/)"
 	@echo "  API docs: http://$(DEMO_HOST):$(DEMO_PORT)/api/v1/docs/   Stop with Ctrl-C."

@@ -9,15 +9,17 @@ Safe to run again: it converges, and the history is written only into an empty d
 
 from datetime import timedelta
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
 from apps.dashboards.demo.billing import meter_billing_demo, seed_billing_demo, seed_billing_history
+from apps.dashboards.demo.departments import seed_departments
 from apps.dashboards.demo.fleet import HISTORY_DAYS, seed_bookings, seed_people_and_fleet
 from apps.dashboards.demo.jobs import seed_demo_jobs
 from apps.dashboards.demo.telemetry import seed_dashboard_history
 from apps.fleet.models import Gpu, Node
-from apps.teams.models import Team, User
+from apps.teams.models import OrgUnit, Team, User
 
 
 @transaction.atomic
@@ -27,6 +29,7 @@ def seed_demo(*, with_bookings: bool = True) -> str:
     now = timezone.now()
     history_start = (now - timedelta(days=HISTORY_DAYS)).replace(minute=0, second=0, microsecond=0)
     teams, models = seed_people_and_fleet(history_start=history_start)
+    seed_departments(teams=teams, models=models, password=settings.DEMO_PASSWORD)
     if with_bookings:
         seed_bookings(teams, models)
         seed_billing_history(start=history_start, now=now)
@@ -34,7 +37,8 @@ def seed_demo(*, with_bookings: bool = True) -> str:
         seed_demo_jobs(start=history_start, now=now)
         meter_billing_demo(start=history_start, now=now)
     return (
-        f"Seeded {Team.objects.count()} teams, {User.objects.count()} users, "
+        f"Seeded {OrgUnit.objects.count()} units, {Team.objects.count()} teams, "
+        f"{User.objects.count()} users, "
         f"{Node.objects.count()} nodes, {Gpu.objects.count()} GPUs."
     )
 
