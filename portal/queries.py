@@ -38,6 +38,14 @@ QUERIES: dict[str, Query] = {
             answered_by="jobs (running jobs until their maximum runtime)",
         ),
         Query(
+            "gpus.bookings",
+            ("start", "end", "gpu_ids"),
+            "{gpu_id: {reservation_id, ...}}: the bookings holding each GPU over [start, end) "
+            "(end None: from start on)",
+            asked_by="fleet (open bookings on the fleet page, power-off conflicts)",
+            answered_by="reservations (holdings)",
+        ),
+        Query(
             "gpus.leaving_service",
             ("gpu_ids", "actor", "during"),
             "{'moved': [...], 'unresolved': [...]}: what became of the bookings on those GPUs",

@@ -41,11 +41,6 @@ def fleet_overview() -> list[Node]:
         Gpu.objects.filter(mig_parent__isnull=True)
         .select_related("model")
         .prefetch_related("mig_devices")
-        .annotate(
-            open_bookings=Count(
-                "holdings", filter=Q(holdings__active=True, holdings__end__gt=next_minute)
-            )
-        )
     )
     windows = MaintenanceWindow.objects.filter(end__gt=now).order_by("start")
     nodes = list(
@@ -58,8 +53,15 @@ def fleet_overview() -> list[Node]:
     notes: dict[str, str] = {}
     for answer in queries.ask("fleet.node_notes", nodes=nodes):
         notes.update(answer or {})
+    booked: dict[int, set[int]] = {}
+    gpu_ids = [gpu.pk for node in nodes for gpu in node.physical_gpus]
+    for answer in queries.ask("gpus.bookings", start=next_minute, end=None, gpu_ids=gpu_ids):
+        for gpu_id, bookings in answer.items():
+            booked.setdefault(gpu_id, set()).update(bookings)
     for node in nodes:
         node.scheduler_note = notes.get(node.hostname, "")
+        for gpu in node.physical_gpus:
+            gpu.open_bookings = len(booked.get(gpu.pk, ()))
         node.open_bookings = sum(gpu.open_bookings for gpu in node.physical_gpus)
         node.operations = node_operations(node)
         node.power_operations = node_power_operations(node)

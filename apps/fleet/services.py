@@ -263,11 +263,12 @@ def _power_off_conflicts(node: Node, now: datetime) -> list[str]:
     back (resume time plus margin), or a running job."""
     until = now + power_lead(node)
     gpu_ids = list(node.gpus.values_list("id", flat=True))
-    booked = (
-        node.gpus.filter(holdings__active=True, holdings__start__lt=until, holdings__end__gt=now)
-        .values_list("holdings__reservation_id", flat=True)
-        .distinct()
-    )
+    booked = {
+        reservation
+        for answer in queries.ask("gpus.bookings", start=now, end=until, gpu_ids=gpu_ids)
+        for bookings in answer.values()
+        for reservation in bookings
+    }
     conflicts = [f"booking #{pk}" for pk in sorted(booked)]
     busy = [
         interval

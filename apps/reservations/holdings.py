@@ -51,6 +51,15 @@ def bookings_holding(
     return rows
 
 
+def bookings_by_gpu(*, start: datetime, end: datetime | None, gpu_ids) -> dict[int, set[int]]:
+    """The bookings holding each of the GPUs over [start, end) (the `gpus.bookings` query)."""
+    found: dict[int, set[int]] = {}
+    rows = bookings_holding(start, end, gpu_ids=gpu_ids).values_list("gpu_id", "reservation_id")
+    for gpu_id, reservation_id in rows:
+        found.setdefault(gpu_id, set()).add(reservation_id)
+    return found
+
+
 def bookings_holding_at(moment: datetime, *, gpu_ids=None) -> QuerySet[ReservationGpu]:
     """Booking holdings of the GPUs (all GPUs if None) at the instant ``moment``."""
     rows = ReservationGpu.objects.filter(at_q(moment), active=True)

@@ -38,6 +38,11 @@ def _arguments(name: str, world: dict) -> dict:
             "gpu_model": model,
             "team": None,
         },
+        "gpus.bookings": {
+            "start": now,
+            "end": None,
+            "gpu_ids": list(Gpu.objects.values_list("pk", flat=True)),
+        },
         "gpus.leaving_service": {"gpu_ids": [], "actor": None, "during": None},
         "quota.usage": {"quotas": list(Quota.objects.all()), "now": now},
         "reservations.budget_check": {
@@ -60,6 +65,7 @@ def _arguments(name: str, world: dict) -> dict:
 
 ANSWER_TYPES = {
     "gpus.busy_intervals": list,
+    "gpus.bookings": dict,
     "gpus.leaving_service": dict,
     "quota.usage": dict,
     "reservations.budget_check": type(None),
@@ -110,3 +116,18 @@ def test_asking_with_other_arguments_than_declared_is_refused():
 def test_a_query_cannot_be_emitted_as_an_event():
     with pytest.raises(LookupError, match="is a query"):
         hooks.emit("quota.usage", quotas=[], now=None)
+
+
+def test_the_bookings_answer_names_each_gpus_bookings_over_the_span(world):
+    now, team, model = world["now"], world["team"], world["model"]
+    first, second = Gpu.objects.filter(model=model).order_by("pk")
+    booking = make_booking(team, world["user"], [first], now, now + timedelta(hours=1))
+    (later,) = queries.ask(
+        "gpus.bookings",
+        start=now + timedelta(hours=1),
+        end=None,
+        gpu_ids=[first.pk, second.pk],
+    )
+    assert later == {}  # half-open: it ends as the span starts
+    (during,) = queries.ask("gpus.bookings", start=now, end=None, gpu_ids=[first.pk, second.pk])
+    assert during == {first.pk: {booking.pk}}
