@@ -1,7 +1,8 @@
 """JSON endpoints of the dashboards: the same figures the pages draw, as plotly JSON.
 
-Query parameters: range (24h, 7d, 30d, custom with start/end), team (slug), gpu_model (name).
-A bad parameter is 400 (code bad_filter) with the reason; a team the user cannot see is 404.
+Query parameters: range (24h, 7d, 30d, custom with start/end), unit (slug: teams below it),
+team (slug), gpu_model (name). A bad parameter is 400 (code bad_filter) with the reason; a
+team or unit the user cannot see is 404.
 """
 
 from django.http import Http404
@@ -18,6 +19,9 @@ FILTER_PARAMETERS = [
     OpenApiParameter("range", str, enum=["24h", "7d", "30d", "custom"]),
     OpenApiParameter("start", OpenApiTypes.DATETIME, description="With range=custom."),
     OpenApiParameter("end", OpenApiTypes.DATETIME, description="With range=custom; default now."),
+    OpenApiParameter(
+        "unit", str, description="Organisation unit slug: the teams anywhere below it."
+    ),
     OpenApiParameter("team", str, description="Team slug."),
     OpenApiParameter("gpu_model", str, description="GPU model name."),
 ]

@@ -11,7 +11,7 @@ from apps.dashboards import figures, selectors
 from apps.dashboards.selectors import gpu as gpu_selectors
 from apps.fleet.models import Gpu, GpuModel
 from apps.fleet.selectors import fleet_summary
-from apps.teams.models import Team
+from apps.teams.models import OrgUnit, Team
 from apps.teams.permissions import is_platform_admin
 from apps.teams.selectors import user_memberships
 
@@ -27,7 +27,7 @@ def _render(request, page: str, build, *, extra=None):
     try:
         filters = selectors.parse_filters(request.GET, request.user, local=True)
     except selectors.TeamNotVisible as exc:
-        raise Http404("No such team.") from exc
+        raise Http404("No such team or unit.") from exc
     except selectors.FilterError as exc:
         messages.error(request, f"{exc} Showing the last 24 hours instead.")
         filters = selectors.parse_filters({}, request.user)
@@ -43,6 +43,7 @@ def _render(request, page: str, build, *, extra=None):
             "filters": filters,
             "ranges": ["24h", "7d", "30d", "custom"],
             "all_teams": Team.objects.for_user(request.user).order_by("slug"),
+            "all_units": OrgUnit.objects.for_user(request.user).order_by("name"),
             "gpu_models": GpuModel.objects.order_by("name"),
         },
     )

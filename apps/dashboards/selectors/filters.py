@@ -1,6 +1,7 @@
-"""Dashboard filters (range, team, GPU model) as the user may apply them, and the rollup level
-and step a window reads. Windows up to 24 hours read minute rollups, longer ones hour rollups;
-buckets are merged so that no trace has more than `MAX_POINTS` points."""
+"""Dashboard filters (range, organisation unit, team, GPU model) as the user may apply them,
+and the rollup level and step a window reads. Windows up to 24 hours read minute rollups,
+longer ones hour rollups; buckets are merged so that no trace has more than `MAX_POINTS`
+points."""
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -9,7 +10,8 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from apps.fleet.models import GpuModel
-from apps.teams.models import Team
+from apps.teams.models import OrgUnit, Team
+from apps.teams.selectors import org_tree
 from apps.telemetry.models import GpuHourRollup, GpuMinuteRollup
 from portal.exceptions import ApplicationError
 from portal.timezones import parse_local
@@ -27,7 +29,7 @@ class FilterError(ApplicationError):
 
 
 class TeamNotVisible(LookupError):
-    """The team asked for does not exist for this user."""
+    """The team or organisation unit asked for does not exist for this user."""
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,13 @@ class Filters:
     team_slug: str
     gpu_model: GpuModel | None
     sees_all: bool
+    unit_slug: str = ""
+
+    @property
+    def narrowed(self) -> bool:
+        """Whether a team or unit narrows the view (then the fleet's unallocated pool, which
+        belongs to no team, is left out)."""
+        return bool(self.team_slug or self.unit_slug)
 
     @property
     def team_ids(self) -> list[int]:
@@ -54,6 +63,7 @@ class Filters:
             "range": self.range,
             "start": self.start.isoformat(),
             "end": self.end.isoformat(),
+            "unit": self.unit_slug or None,
             "team": self.team_slug or None,
             "gpu_model": self.gpu_model.name if self.gpu_model else None,
         }
@@ -75,9 +85,10 @@ def _aware(value: str, name: str, *, local: bool) -> datetime:
 
 
 def parse_filters(params, user, *, now: datetime | None = None, local: bool = False) -> Filters:
-    """Filters from query parameters: range (24h, 7d, 30d or custom with start and end), team
-    (slug) and gpu_model (name). With `local` (the pages' date-time pickers) a start or end
-    without a zone is read in the reader's zone; the API demands one. Raises FilterError (bad
+    """Filters from query parameters: range (24h, 7d, 30d or custom with start and end), unit
+    (slug: the teams anywhere below it), team (slug) and gpu_model (name). With `local` (the
+    pages' date-time pickers) a start or end without a zone is read in the reader's zone; the
+    API demands one. Raises FilterError (bad
     value) or TeamNotVisible."""
     now = now or timezone.now()
     range_ = params.get("range") or ("custom" if params.get("start") else "24h")
@@ -96,6 +107,12 @@ def parse_filters(params, user, *, now: datetime | None = None, local: bool = Fa
     else:
         raise FilterError("range must be one of 24h, 7d, 30d or custom.")
     visible = Team.objects.for_user(user).order_by("slug")
+    unit_slug = params.get("unit") or ""
+    if unit_slug:
+        unit = OrgUnit.objects.for_user(user).filter(slug=unit_slug).first()
+        if unit is None:
+            raise TeamNotVisible(unit_slug)
+        visible = visible.filter(unit_id__in=org_tree().subtree(unit.pk))
     team_slug = params.get("team") or ""
     if team_slug:
         teams = tuple(visible.filter(slug=team_slug))
@@ -114,6 +131,7 @@ def parse_filters(params, user, *, now: datetime | None = None, local: bool = Fa
         range=range_,
         teams=teams,
         team_slug=team_slug,
+        unit_slug=unit_slug,
         gpu_model=gpu_model,
         sees_all=bool(user.sees_all_teams),
     )

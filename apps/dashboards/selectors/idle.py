@@ -39,7 +39,7 @@ def idle_hours(filters: Filters) -> dict:
         times=times,
         step=step,
         team_ids=filters.team_ids,
-        unallocated=filters.sees_all and not filters.team_slug,
+        unallocated=filters.sees_all and not filters.narrowed,
         gpu_model_id=filters.gpu_model.pk if filters.gpu_model else None,
     )
     series: dict[tuple, dict] = defaultdict(lambda: defaultdict(float))

@@ -88,7 +88,7 @@ def allocated_series(filters: Filters, times: list[datetime], step: timedelta) -
     of the fleet (GPUs neither retired nor MIG slices), as the chargeback counts it."""
     if not times:
         return {}
-    with_pool = filters.sees_all and not filters.team_slug
+    with_pool = filters.sees_all and not filters.narrowed
     fleet = Gpu.objects.filter(mig_parent__isnull=True).exclude(status=GpuStatus.RETIRED)
     if filters.gpu_model:
         fleet = fleet.filter(model=filters.gpu_model)
@@ -133,7 +133,7 @@ def _busy_and_util(filters: Filters, origin: datetime, step: timedelta) -> tuple
     summed in SQL to steps (date_bin), a few thousand rows at most for a month of a large
     fleet. A day reads the minute rollups, summed per (minute, team, model) in SQL; elsewhere
     (SQLite) buckets are merged into steps here."""
-    with_pool = filters.sees_all and not filters.team_slug
+    with_pool = filters.sees_all and not filters.narrowed
     if not filters.fine:
         rows = team_model_hours(
             start=filters.start,
