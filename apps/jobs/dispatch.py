@@ -41,7 +41,8 @@ from apps.jobs.scheduler.state import (
 from apps.jobs.scheduler.usage import UserClock
 from apps.jobs.transitions import job_transition
 from apps.reservations.holdings import bookings_holding
-from apps.teams.models import Quota
+from apps.teams.models import Quota, UnitQuota
+from apps.teams.selectors import quota_org_tree, unit_quota_rows
 from workers.protocol import LAUNCH_TASK
 
 logger = logging.getLogger(__name__)
@@ -71,8 +72,10 @@ def _acquire_cycle_lock() -> bool:
 def _lock_quotas() -> None:
     """Lock every quota row until the cycle commits: a booking locks its team's rows before it
     counts the team's running jobs, so a booking and a placement cannot both take a team's
-    last GPU under its limit (they see each other's writes, one after the other)."""
+    last GPU under its limit (they see each other's writes, one after the other). The units'
+    rows likewise, after the teams' rows as a booking takes them."""
     list(Quota.objects.select_for_update().order_by("id").values_list("id", flat=True))
+    list(UnitQuota.objects.select_for_update().order_by("id").values_list("id", flat=True))
 
 
 def _ts(value: datetime) -> float:
@@ -257,6 +260,8 @@ def build_state(*, now: datetime) -> ClusterState:
         )
         for q in quota_rows
     ]
+    # The tree orders borrowing and reclaims even where no unit has a quota row.
+    unit_quotas, tree = unit_quota_rows()
     return ClusterState(
         now=_ts(now),
         gpus=gpus,
@@ -264,6 +269,8 @@ def build_state(*, now: datetime) -> ClusterState:
         running=running,
         bookings=bookings,
         quotas=quotas,
+        unit_quotas=unit_quotas,
+        org_tree=tree or quota_org_tree(),
         usage=usage_by_team(now=now, half_life=settings.JOBS_USAGE_HALF_LIFE_SECONDS),
         resuming=[
             ResumingNode(node=host, model=model, gpus=count, ready_at=_ts(ready))

@@ -31,9 +31,10 @@ from apps.reservations.choices import ReservationStatus
 from apps.reservations.holdings import held_outside_bookings
 from apps.reservations.models import Reservation, ReservationGpu
 from apps.reservations.policy import BookingPolicy, budget_check
-from apps.teams.models import Membership, Quota, Team
+from apps.teams.models import Membership, OrgUnit, Quota, Team
 from apps.teams.permissions import is_platform_admin
-from apps.teams.quota_rule import Verdict
+from apps.teams.quota_rule import UnitQuotaRow, Verdict
+from apps.teams.selectors import unit_path_label, unit_quota_rows
 from portal import hooks
 from portal.exceptions import ConflictError, PolicyRefusal
 from portal.formatting import format_count, format_when
@@ -99,6 +100,10 @@ def _locked_quotas(team: Team, gpu_model: GpuModel) -> list[Quota]:
     )
 
 
+def _unit_label(unit_id: int) -> str:
+    return unit_path_label(OrgUnit.objects.get(pk=unit_id))
+
+
 def check_quota(
     *,
     team: Team,
@@ -119,6 +124,7 @@ def check_quota(
         start=start,
         end=end,
         quotas=_locked_quotas(team, gpu_model),
+        unit_quotas=unit_quota_rows(gpu_model=gpu_model, lock=True),
         exclude_reservation_id=exclude_reservation_id,
     )
     if not verdict.rows:
@@ -128,6 +134,22 @@ def check_quota(
             detail={"gpu_model": gpu_model.name, "limit": 0, "requested": count},
         )
     row = verdict.refused_by
+    if isinstance(row, UnitQuotaRow):
+        raise PolicyRefusal(
+            f"Quota exceeded: the teams of unit {_unit_label(row.unit)} may hold "
+            f"{format_count(row.limit, 'GPU')} of {row.scope} together beyond their "
+            f"guarantees; {verdict.held} are already held in this window (bookings and running "
+            f"jobs) and you asked for {count}.",
+            code="quota_exceeded",
+            detail={
+                "unit": _unit_label(row.unit),
+                "gpu_model": row.scope,
+                "limit": row.limit,
+                "booked": verdict.held,
+                "requested": count,
+                "available": max(row.limit - verdict.held, 0),
+            },
+        )
     if row is not None:
         held = verdict.held
         raise PolicyRefusal(

@@ -21,13 +21,25 @@ guaranteed work of each model.
 0 and nothing guaranteed, for bookings and jobs alike. A platform admin gives the team a quota
 (the quota and team pages say so); until then its bookings are refused and its jobs wait with
 the reason.
+
+**Units.** Teams sit in organisation units (``OrgTree``); a unit row names a unit, a GPU
+model or none, a guarantee and a limit. A unit row applies to every team below the unit, in its
+scope: its limit caps what *all* the unit's teams hold together (the unit's holding). It caps
+borrowing only: GPUs within the team's own guarantee are never refused by a unit's limit (the
+envelope rule keeps what is guaranteed below a unit within the unit's guarantee, which is at
+most its limit), so a team may take ``count`` GPUs when every team row admits them and either
+they are within its guarantee or every applying unit row's limit admits them on top of the
+unit's holding. A unit's guarantee gates nothing here; it orders borrowing (the scheduler's
+spare pool). Without unit rows or a tree the rule is the flat one above.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
+
+from apps.teams.org_tree import OrgTree
 
 ANY_MODEL = None
 
@@ -59,6 +71,20 @@ class QuotaRow:
 
 
 @dataclass(frozen=True, slots=True)
+class UnitQuotaRow:
+    """One unit's quota row: ``model`` None covers every model of all the unit's teams."""
+
+    unit: Hashable
+    model: str | None
+    guaranteed: int
+    limit: int
+
+    @property
+    def scope(self) -> str:
+        return self.model if self.model is not None else "all GPU models"
+
+
+@dataclass(frozen=True, slots=True)
 class Verdict:
     """The rule's answer for ``count`` more GPUs of a model: ``refused_by`` is the first row
     whose limit they would pass (None when admitted); ``held`` what the team holds in that
@@ -68,7 +94,7 @@ class Verdict:
     quota for it)."""
 
     rows: tuple[QuotaRow, ...]
-    refused_by: QuotaRow | None
+    refused_by: QuotaRow | UnitQuotaRow | None
     held: int
     over_guarantee: bool
     over_gpus: int = 0
@@ -91,9 +117,14 @@ class Holdings:
     def peak(self, team: str, model: str | None, start, end) -> int:
         """Most GPUs the team holds at once over [start, end) of ``model`` (None: all models
         together)."""
+        return self.peak_of((team,), model, start, end)
+
+    def peak_of(self, teams, model: str | None, start, end) -> int:
+        """Most GPUs ``teams`` hold together at once over [start, end) of ``model`` (None: all
+        models): a unit's holding."""
         events = []
         for (t, m), spans in self.intervals.items():
-            if t != team or (model is not None and m != model):
+            if t not in teams or (model is not None and m != model):
                 continue
             for s, e, n in spans:
                 if s < end and (e is None or e > start):
@@ -111,14 +142,31 @@ class Holdings:
 
 
 class QuotaRule:
-    """The quota rows of teams and the questions asked of them (see the module docstring)."""
+    """The quota rows of teams (and of the units above them) and the questions asked of them
+    (see the module docstring). ``unit_rows`` and ``tree`` are optional: without them the
+    rule is flat."""
 
-    def __init__(self, rows: Iterable) -> None:
+    def __init__(
+        self, rows: Iterable, unit_rows: Iterable = (), tree: OrgTree | None = None
+    ) -> None:
         self._rows: dict[tuple[str, str | None], QuotaRow] = {}
         for r in rows:
             row = r if isinstance(r, QuotaRow) else QuotaRow(r.team, r.model, r.guaranteed, r.limit)
             self._rows[(row.team, row.model)] = row
         self._applying: dict[tuple[str, str], tuple[QuotaRow, ...]] = {}
+        self.tree = tree
+        self._unit_rows: dict[tuple[Hashable, str | None], UnitQuotaRow] = {}
+        if tree is not None:
+            for r in unit_rows:
+                row = (
+                    r
+                    if isinstance(r, UnitQuotaRow)
+                    else UnitQuotaRow(r.unit, r.model, r.guaranteed, r.limit)
+                )
+                self._unit_rows[(row.unit, row.model)] = row
+        self.has_unit_rows = bool(self._unit_rows)
+        self._unit_applying: dict[tuple[str, str | None], tuple[UnitQuotaRow, ...]] = {}
+        self._teams_under: dict[Hashable, frozenset] = {}
 
     def rows_for(self, team: str, model: str) -> tuple[QuotaRow, ...]:
         """The rows that bound ``team``'s GPUs of ``model``: its own, then the any-model one."""
@@ -128,6 +176,43 @@ class QuotaRule:
             found = (self._rows.get((team, model)), self._rows.get((team, ANY_MODEL)))
             rows = self._applying[key] = tuple(r for r in found if r is not None)
         return rows
+
+    def unit_rows_for(self, team: str, model: str | None) -> tuple[UnitQuotaRow, ...]:
+        """The unit rows that cap ``team``'s GPUs of ``model`` (None: any model row only): of
+        its unit first, then up to the root; per unit the model's row, then the any-model one.
+        Empty for a flat rule."""
+        key = (team, model)
+        rows = self._unit_applying.get(key)
+        if rows is None:
+            rows = ()
+            if self._unit_rows:
+                found = []
+                for unit in self.tree.ancestors(self.tree.team_units.get(team)):
+                    if model is not None:
+                        found.append(self._unit_rows.get((unit, model)))
+                    found.append(self._unit_rows.get((unit, ANY_MODEL)))
+                rows = tuple(r for r in found if r is not None)
+            self._unit_applying[key] = rows
+        return rows
+
+    def unit_row(self, unit, model: str | None) -> UnitQuotaRow | None:
+        return self._unit_rows.get((unit, model))
+
+    def units_with_rows(self, team: str) -> tuple:
+        """The units above ``team`` (its own first) that have a row: whose holdings count."""
+        if not self._unit_rows:
+            return ()
+        with_rows = {unit for unit, _ in self._unit_rows}
+        return tuple(
+            u for u in self.tree.ancestors(self.tree.team_units.get(team)) if u in with_rows
+        )
+
+    def teams_under(self, unit) -> frozenset:
+        """The teams a unit row's holding sums over (cached: the tree does not change)."""
+        teams = self._teams_under.get(unit)
+        if teams is None:
+            teams = self._teams_under[unit] = frozenset(self.tree.teams_under(unit))
+        return teams
 
     def row(self, team: str, model: str | None) -> QuotaRow | None:
         """The team's row of ``model`` (None: its any-model row), if it has one."""
@@ -141,16 +226,30 @@ class QuotaRule:
         return sum(r.guaranteed for (t, _), r in self._rows.items() if t == team)
 
     def ceiling(self, team: str, model: str) -> int:
-        """The most GPUs of ``model`` the team may ever hold (0 without a row)."""
+        """The most GPUs of ``model`` the team may ever hold (0 without a row): its rows'
+        limits, and its units' limits above what it is guaranteed."""
         rows = self.rows_for(team, model)
-        return min((r.limit for r in rows), default=0)
+        ceiling = min((r.limit for r in rows), default=0)
+        unit_rows = self.unit_rows_for(team, model)
+        if unit_rows:
+            unit_cap = min(r.limit for r in unit_rows)
+            ceiling = min(ceiling, max(self.guarantee_ceiling(team, model), unit_cap))
+        return ceiling
 
     def room(
-        self, team: str, model: str, held_model: int, held_all: int, *, guarantee: bool = False
+        self,
+        team: str,
+        model: str,
+        held_model: int,
+        held_all: int,
+        *,
+        guarantee: bool = False,
+        unit_held: Mapping | None = None,
     ) -> int:
         """GPUs of ``model`` the team may still take (within its guarantee when ``guarantee``),
         holding ``held_model`` of the model and ``held_all`` of all models; may be negative
-        after a quota was lowered, 0 without a row."""
+        after a quota was lowered, 0 without a row. ``unit_held`` maps (unit, model or None)
+        to what the unit's teams hold together (missing: 0); only unit rows read it."""
         rows = self._applying.get((team, model))
         if rows is None:
             rows = self.rows_for(team, model)
@@ -161,7 +260,20 @@ class QuotaRule:
             )
             if room is None or left < room:
                 room = left
-        return 0 if room is None else room
+        if room is None:
+            return 0
+        if guarantee or not self.has_unit_rows:
+            return room
+        unit_rows = self.unit_rows_for(team, model)
+        if not unit_rows:
+            return room
+        unit_room = None
+        for r in unit_rows:
+            left = r.limit - (unit_held.get((r.unit, r.model), 0) if unit_held else 0)
+            if unit_room is None or left < unit_room:
+                unit_room = left
+        within = self.room(team, model, held_model, held_all, guarantee=True)
+        return min(room, max(within, unit_room))
 
     def binding(self, team: str, model: str, held_model: int, held_all: int, *, guarantee=False):
         """The row that leaves the least room (None without a row): what a message names."""
@@ -177,7 +289,8 @@ class QuotaRule:
 
     def verdict(self, team: str, model: str, count: int, held_by_row) -> Verdict:
         """Whether ``count`` more GPUs of ``model`` fit, given ``held_by_row(row)``: what the
-        team holds (peak over the window in question) in the row's scope."""
+        team holds (peak over the window in question) in the row's scope; for a unit row, what
+        all the unit's teams hold together."""
         rows = self.rows_for(team, model)
         over = not rows
         first_held = None
@@ -191,6 +304,12 @@ class QuotaRule:
             over = over or held + count > row.guaranteed
             left = max(row.guaranteed - held, 0)
             guaranteed_room = left if guaranteed_room is None else min(guaranteed_room, left)
+        if rows and over:
+            # Borrowed GPUs: every unit above caps them with all its teams' holdings.
+            for unit_row in self.unit_rows_for(team, model):
+                held = held_by_row(unit_row)
+                if held + count > unit_row.limit:
+                    return Verdict(rows, unit_row, held, True, count)
         over_gpus = count - min(count, guaranteed_room or 0)
         return Verdict(rows, None, first_held or 0, over, over_gpus)
 
@@ -200,17 +319,36 @@ class QuotaRule:
         rows = self.rows_for(team, model)
         return min((r.guaranteed for r in rows), default=0)
 
+    def held_by_row(self, team: str, start, end, holdings: Holdings):
+        """``verdict``'s ``held_by_row`` over [start, end) of ``holdings``: the team's peak for
+        its rows, the unit's teams' peak together for unit rows."""
+
+        def held(row) -> int:
+            if isinstance(row, UnitQuotaRow):
+                return holdings.peak_of(self.teams_under(row.unit), row.model, start, end)
+            return holdings.peak(team, row.model, start, end)
+
+        return held
+
     def room_over(
         self, team: str, model: str, start, end, holdings: Holdings, *, guarantee: bool = False
     ) -> int:
         """GPUs of ``model`` the team may take for the whole of [start, end) on top of
-        ``holdings`` (its peak holding over the window counts); 0 without a row."""
+        ``holdings`` (its peak holding over the window counts; for unit rows, the unit's
+        teams' peak together); 0 without a row."""
+        unit_held = None
+        if not guarantee and self.has_unit_rows:
+            unit_held = {
+                (r.unit, r.model): holdings.peak_of(self.teams_under(r.unit), r.model, start, end)
+                for r in self.unit_rows_for(team, model)
+            }
         return self.room(
             team,
             model,
             holdings.peak(team, model, start, end),
             holdings.peak(team, ANY_MODEL, start, end),
             guarantee=guarantee,
+            unit_held=unit_held,
         )
 
     def full_windows(
@@ -220,16 +358,20 @@ class QuotaRule:
         a limit: where a booking of them may not overlap. All of it without a row."""
         if not self.rows_for(team, model) or count > self.ceiling(team, model):
             return [(start, end)]
+        # Whose holdings count: the team's, and those of every team below a unit row above it.
+        counted = {team}
+        for r in self.unit_rows_for(team, model):
+            counted |= self.teams_under(r.unit)
         cuts = {start, end}
         for (t, _), spans in holdings.intervals.items():
-            if t != team:
+            if t not in counted:
                 continue
             for s, e, _ in spans:
                 cuts.update(x for x in (s, e) if x is not None and start < x < end)
         ordered = sorted(cuts)
         windows: list[tuple] = []
         for a, b in zip(ordered, ordered[1:], strict=False):
-            # What the team holds is constant between two cuts: its peak there is that value.
+            # What the teams hold is constant between two cuts: their peak there is that value.
             if self.room_over(team, model, a, b, holdings) >= count:
                 continue
             if windows and windows[-1][1] == a:
@@ -240,7 +382,6 @@ class QuotaRule:
 
     def admit(self, team: str, model: str, count: int, start, end, holdings: Holdings) -> Verdict:
         """Whether the team may take ``count`` GPUs of ``model`` over [start, end) on top of
-        ``holdings`` (bookings and running jobs alike)."""
-        return self.verdict(
-            team, model, count, lambda row: holdings.peak(team, row.model, start, end)
-        )
+        ``holdings`` (bookings and running jobs alike; for unit rows, those of every team
+        below the unit)."""
+        return self.verdict(team, model, count, self.held_by_row(team, start, end, holdings))

@@ -8,7 +8,7 @@ from apps.fleet.models import Gpu, GpuModel
 from apps.teams.choices import GlobalRole, TeamRole
 from apps.teams.models import Membership, OrgUnit, Quota, Team, UnitMembership, UnitQuota, User
 from apps.teams.org_tree import OrgTree
-from apps.teams.quota_rule import QuotaRow, QuotaRule
+from apps.teams.quota_rule import QuotaRow, QuotaRule, UnitQuotaRow
 from portal import queries
 
 
@@ -80,10 +80,47 @@ def quota_table(*, teams=None, now: datetime | None = None) -> list[dict]:
 
 
 def team_quota_rule(*, team: Team) -> QuotaRule:
-    """The quota rule over the team's rows (read without locks: for pages, suggestions and
-    submit-time checks; admission locks its rows itself)."""
+    """The quota rule over the team's rows and the rows of the units above it (read without
+    locks: for pages, suggestions and submit-time checks; admission locks its rows itself)."""
     return QuotaRule(
-        _row(quota) for quota in Quota.objects.filter(team=team).select_related("team", "gpu_model")
+        (
+            _row(quota)
+            for quota in Quota.objects.filter(team=team).select_related("team", "gpu_model")
+        ),
+        *unit_quota_rows(),
+    )
+
+
+def unit_quota_rows(
+    *, gpu_model: GpuModel | None = None, lock: bool = False
+) -> tuple[list[UnitQuotaRow], OrgTree | None]:
+    """The units' quota rows (of ``gpu_model`` and the any-model ones, when given) and the
+    tree the quota rule walks (units by id, teams by slug, as quota rows name them): read once
+    per request. ``lock`` takes the rows FOR UPDATE (booking admission: racing bookings of
+    teams below one unit queue up here). No unit rows: ``([], None)``, the flat rule, in one
+    query."""
+    rows = UnitQuota.objects.select_related("gpu_model").order_by("id")
+    if gpu_model is not None:
+        rows = rows.filter(Q(gpu_model=gpu_model) | Q(gpu_model__isnull=True))
+    if lock:
+        rows = rows.select_for_update(of=("self",))
+    found = [
+        UnitQuotaRow(
+            row.unit_id, row.gpu_model.name if row.gpu_model else None, row.guaranteed, row.limit
+        )
+        for row in rows
+    ]
+    if not found:
+        return [], None
+    return found, quota_org_tree()
+
+
+def quota_org_tree() -> OrgTree:
+    """The organisation tree as the quota rule and the scheduler name it: units by id, teams
+    by slug."""
+    return OrgTree(
+        dict(OrgUnit.objects.values_list("pk", "parent_id")),
+        dict(Team.objects.values_list("slug", "unit_id")),
     )
 
 

@@ -318,3 +318,22 @@ def test_state_gives_a_teammates_job_its_turn_ahead_of_a_users_backlog(
     assert queued[teammate.pk].turn == pytest.approx(teammate.submitted_at.timestamp())
     order = sorted(queued.values(), key=lambda q: q.queued_since)
     assert [q.job_id for q in order][:2] == [backlog[0].pk, teammate.pk]
+
+
+def test_state_carries_the_units_quota_rows_and_the_tree(platform_admin, h100):
+    from apps.teams.quota_rule import UnitQuotaRow
+    from tests.teams.departments import build_departments
+
+    org = build_departments(platform_admin, h100)
+    units = org["units"]
+    state = dispatch.build_state(now=timezone.now())
+    assert set(state.unit_quotas) == {
+        UnitQuotaRow(units["research"].pk, h100.name, 6, 10),
+        UnitQuotaRow(units["lab"].pk, h100.name, 3, 6),
+    }
+    assert state.org_tree.team_path("cv") == [
+        units["root"].pk,
+        units["research"].pk,
+        units["lab"].pk,
+    ]
+    assert state.org_tree.teams_under(units["research"].pk) == {"nlp", "cv"}

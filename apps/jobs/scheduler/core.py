@@ -86,7 +86,10 @@ from apps.jobs.scheduler.state import (
     RunningJob,
     TeamQuota,
 )
+from apps.jobs.scheduler.units import UnitDistance
 from apps.jobs.scheduler.usage import UsageMeter
+from apps.teams.org_tree import OrgTree
+from apps.teams.quota_rule import UnitQuotaRow
 
 
 class Engine(QueueMixin, BaselineMixin, SpareMixin, DrainMixin, PreemptionMixin, ExplainMixin):
@@ -98,6 +101,8 @@ class Engine(QueueMixin, BaselineMixin, SpareMixin, DrainMixin, PreemptionMixin,
         quotas: list[TeamQuota],
         policy: str = "fairshare",
         config: SchedulerConfig | None = None,
+        unit_quotas: list[UnitQuotaRow] = (),
+        tree: OrgTree | None = None,
     ) -> None:
         if policy not in POLICIES:
             raise ValueError(f"Unknown policy {policy!r}; choose one of {', '.join(POLICIES)}.")
@@ -109,7 +114,8 @@ class Engine(QueueMixin, BaselineMixin, SpareMixin, DrainMixin, PreemptionMixin,
                 f"{', '.join(SPARE_ORDERS)}."
             )
         self.pool = FreePool(gpus)
-        self.quotas = QuotaBook(quotas)
+        self.quotas = QuotaBook(quotas, unit_quotas, tree)
+        self.units = UnitDistance(self.quotas, tree)
         self.queue_order = queue_order_key(policy)
         self.total_capacity = max(1, len(gpus))
         self.running: dict[int, RunningJob] = {}
@@ -435,7 +441,7 @@ def engine_from_state(
     state: ClusterState, policy: str = "fairshare", config: SchedulerConfig | None = None
 ) -> Engine:
     """An engine holding exactly what ``state`` describes."""
-    engine = Engine(state.gpus, state.quotas, policy, config)
+    engine = Engine(state.gpus, state.quotas, policy, config, state.unit_quotas, state.org_tree)
     for run in state.running:
         engine.add_running(run)
     engine.add_bookings(state.bookings, state.now)

@@ -248,6 +248,13 @@ class PreemptionMixin:
                 best = ((cost, len(picked)), picked)
         return best[1] if best else None
 
+    def _victim_order(self, team: str) -> tuple[list[RunningJob], bool]:
+        """The eligible victims in the order a reclaim by ``team`` takes them, and whether
+        that is the cost order: with units, borrowers outside its unit first (``units``)."""
+        if self.units.active:
+            return self.units.reclaim_order(self.eligible, team), False
+        return self.eligible, True
+
     def _victims_per_node(self, cand: Candidate, budget: float) -> dict[str, list]:
         """node -> [GPUs it would have free, GPU-seconds lost, victims], taking the eligible
         victims cheapest first; a node stops taking once the job fits or it is over budget."""
@@ -255,9 +262,12 @@ class PreemptionMixin:
         count = job.gpu_count
         lost = self._loss
         need: dict[str, list] = {}
-        for r in self.eligible:
+        victims, by_loss = self._victim_order(job.team)
+        for r in victims:
             if lost[r.job_id] > budget:
-                break  # sorted by loss: every later victim alone is over the budget
+                if by_loss:
+                    break  # sorted by loss: every later victim alone is over the budget
+                continue
             if r.model != model or r.team == job.team:
                 continue
             for node, n in self.spread[r.job_id].items():
@@ -286,7 +296,7 @@ class PreemptionMixin:
         lost = self._loss
         free, cost, chosen = self.pool.total.get(model, 0), 0.0, []
         taken: dict[str, int] = {}
-        for r in self.eligible:
+        for r in self._victim_order(job.team)[0]:
             if free >= count or cost > budget:
                 break
             if r.model != model or r.team == job.team:

@@ -1,22 +1,35 @@
 """The quota rule (``apps.teams.quota_rule``) as the engine keeps it between cycles: what each
 team holds now (running jobs outside bookings plus active bookings) and the bookings that start
-later, so a job is placed only when its whole run fits beside them."""
+later, so a job is placed only when its whole run fits beside them. With organisation units, it
+also keeps what each unit with a quota row holds now (the sum over its teams), updated as
+teams take and give GPUs, so a unit's limit costs one lookup per question."""
 
 from __future__ import annotations
 
 from collections import defaultdict
 
 from apps.jobs.scheduler.state import Booking, TeamQuota
-from apps.teams.quota_rule import Holdings, QuotaRule, job_held_until
+from apps.teams.org_tree import OrgTree
+from apps.teams.quota_rule import Holdings, QuotaRule, UnitQuotaRow, job_held_until
 
 
 class QuotaBook:
     """What teams hold and may hold, for the engine."""
 
-    def __init__(self, quotas: list[TeamQuota]) -> None:
-        self.rule = QuotaRule(quotas)
+    def __init__(
+        self,
+        quotas: list[TeamQuota],
+        unit_quotas: list[UnitQuotaRow] = (),
+        tree: OrgTree | None = None,
+    ) -> None:
+        self.rule = QuotaRule(quotas, unit_quotas, tree)
         # (team, model) and (team, None) -> GPUs held now
         self.used: dict[tuple[str, str | None], int] = defaultdict(int)
+        # (unit, model) and (unit, None) -> GPUs its teams hold now (units with a row only)
+        self.unit_used: dict[tuple, int] = defaultdict(int)
+        # team -> (units above it with a row, teams whose room its GPUs change): empty when
+        # no unit row applies, which keeps the flat engine's bookkeeping as it was.
+        self._shares: dict[str, tuple[tuple, frozenset]] = {}
         self.weight: dict[str, float] = {team: self.rule.weight(team) for team in self.rule.teams()}
         # team -> its bookings (reservation id -> [start, end, model, GPUs])
         self.booked: dict[str, dict[int, list]] = {}
@@ -28,12 +41,24 @@ class QuotaBook:
         # dropped, like the room, when the team takes or gives GPUs back.
         self._window: dict[str, tuple[tuple[float, float], Holdings]] = {}
 
+    def shares(self, team: str) -> tuple[tuple, frozenset]:
+        """The units above ``team`` with a quota row and the teams below them (whose room
+        depends on what ``team`` holds)."""
+        found = self._shares.get(team)
+        if found is None:
+            units = self.rule.units_with_rows(team)
+            peers = frozenset().union(*(self.rule.teams_under(u) for u in units))
+            found = self._shares[team] = (units, peers)
+        return found
+
     def take(self, team: str, model: str, count: int) -> None:
         used = self.used
         used[(team, model)] += count
         used[(team, None)] += count
         self._room.pop(team, None)
         self._window.pop(team, None)
+        if self.rule.has_unit_rows:
+            self._unit_change(team, model, count)
 
     def give(self, team: str, model: str, count: int) -> None:
         used = self.used
@@ -41,6 +66,20 @@ class QuotaBook:
         used[(team, None)] -= count
         self._room.pop(team, None)
         self._window.pop(team, None)
+        if self.rule.has_unit_rows:
+            self._unit_change(team, model, -count)
+
+    def _unit_change(self, team: str, model: str, delta: int) -> None:
+        units, peers = self.shares(team)
+        if not units:
+            return
+        unit_used = self.unit_used
+        for unit in units:
+            unit_used[(unit, model)] += delta
+            unit_used[(unit, None)] += delta
+        for peer in peers:
+            self._room.pop(peer, None)
+            self._window.pop(peer, None)
 
     def room(self, team: str, model: str, *, guarantee: bool) -> int:
         """GPUs of ``model`` the team may take now (within its guarantee when ``guarantee``)."""
@@ -53,7 +92,12 @@ class QuotaBook:
                 return room
         used = self.used
         room = known[(model, guarantee)] = self.rule.room(
-            team, model, used[(team, model)], used[(team, None)], guarantee=guarantee
+            team,
+            model,
+            used[(team, model)],
+            used[(team, None)],
+            guarantee=guarantee,
+            unit_held=self.unit_used,
         )
         return room
 
@@ -91,6 +135,12 @@ class QuotaBook:
             self.take(booking.team, model, 1)
         else:
             self.later.add(booking.team)
+            if self.rule.has_unit_rows:
+                # A booking ahead counts against its units' limits: every team below them
+                # must fit beside it too.
+                self.later.update(self.shares(booking.team)[1])
+                for peer in self.shares(booking.team)[1]:
+                    self._window.pop(peer, None)
 
     def fits_window(
         self,
@@ -113,14 +163,17 @@ class QuotaBook:
             holdings = cached[1]
         else:
             holdings = Holdings()
-            for s, e, m, n in self.booked.get(team, {}).values():
-                holdings.add(team, m, s, e, n)
+            # Whose holdings count: the team's, and those of its units' teams.
+            counted = self.shares(team)[1] or (team,)
+            for who in counted:
+                for s, e, m, n in self.booked.get(who, {}).values():
+                    holdings.add(who, m, s, e, n)
             for run in running:
-                if run.team == team and run.reservation_id is None:
+                if run.team in counted and run.reservation_id is None:
                     ends = job_held_until(run.started_at + run.max_runtime, start, grace)
-                    holdings.add(team, run.model, run.started_at, ends, len(run.gpu_ids))
+                    holdings.add(run.team, run.model, run.started_at, ends, len(run.gpu_ids))
             self._window[team] = ((start, grace), holdings)
         verdict = self.rule.verdict(
-            team, model, count, lambda row: holdings.peak(team, row.model, start, end)
+            team, model, count, self.rule.held_by_row(team, start, end, holdings)
         )
         return verdict.admitted and not (guarantee and verdict.over_guarantee)

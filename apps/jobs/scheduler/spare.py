@@ -41,6 +41,10 @@ class SpareMixin:
                 for team in self._teams()
                 if (cand := self._candidate(team, SPARE)) is not None
             ]
+        if self.units.active and order in ("share", "las", "tiresias"):
+            # Nearest idle guarantee first (``units``): every team starts at the lowest
+            # distance and is pushed back to its own when it comes up.
+            heap = [((0, key), team, cand) for key, team, cand in heap]
         heapq.heapify(heap)
         while heap and not self.pool.exhausted():
             share, team, cand = heapq.heappop(heap)
@@ -58,7 +62,13 @@ class SpareMixin:
                 heapq.heappush(heap, (self._spare_key(team, cand), team, cand))
 
     def _spare_key(self, team: str, cand: Candidate):
-        """Where the team's candidate stands in the spare pool (lowest first)."""
+        """Where the team's candidate stands in the spare pool (lowest first): with units,
+        the nearest idle guarantee first (``units.borrow_distance``), then the order."""
+        if self.units.active:
+            return (self.units.borrow_distance(team, cand.model), self._order_key(team, cand))
+        return self._order_key(team, cand)
+
+    def _order_key(self, team: str, cand: Candidate):
         order = self.config.spare_order
         job = cand.job
         if order == "share":

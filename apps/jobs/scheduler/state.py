@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from apps.teams.quota_rule import QuotaRow
+from apps.teams.org_tree import OrgTree
+from apps.teams.quota_rule import QuotaRow, UnitQuotaRow
 
 
 class PriorityClass(StrEnum):
@@ -127,6 +128,9 @@ class ClusterState:
     usage: dict[str, float] = field(default_factory=dict)
     # Nodes powering up: not schedulable yet, but "why pending" and estimates count them.
     resuming: list[ResumingNode] = field(default_factory=list)
+    # Organisation units: their quota rows and the tree (teams by name); none: flat teams.
+    unit_quotas: list[UnitQuotaRow] = field(default_factory=list)
+    org_tree: OrgTree | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,7 @@ from apps.reservations import availability
 from apps.reservations.availability import GpuInfo, Interval
 from apps.reservations.holdings import bookings_holding, gpu_booked_q, held_outside_bookings
 from apps.reservations.policy import BookingPolicy
-from apps.reservations.selectors.quota import team_holdings, team_quota_blocked
+from apps.reservations.selectors.quota import rule_holdings, team_quota_blocked
 from apps.teams.models import Team
 from apps.teams.selectors import team_quota_rule
 
@@ -289,7 +289,7 @@ def free_capacity(
     if team is None:
         return points
     rule = team_quota_rule(team=team)
-    holdings = team_holdings(team=team, start=start, end=end)
+    holdings = rule_holdings(rule, team=team, model=gpu_model.name, start=start, end=end)
     return [
         (t, max(0, min(free, rule.room_over(team.slug, gpu_model.name, t, t + bucket, holdings))))
         for t, free in points

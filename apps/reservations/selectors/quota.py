@@ -34,7 +34,7 @@ def team_quota_blocked(
     over its bookings and running jobs, as `services.check_quota` applies it, read without
     locks. No quota at all blocks everything."""
     rule = team_quota_rule(team=team)
-    holdings = team_holdings(team=team, start=start, end=end)
+    holdings = rule_holdings(rule, team=team, model=gpu_model.name, start=start, end=end)
     return [
         (availability.to_epoch(s), availability.to_epoch_ceil(e))
         for s, e in rule.full_windows(team.slug, gpu_model.name, count, start, end, holdings)
@@ -73,22 +73,62 @@ def quota_verdict(
     start: datetime,
     end: datetime,
     quotas=None,
+    unit_quotas=None,
     exclude_reservation_id: int | None = None,
 ) -> Verdict:
     """The quota rule's answer for ``count`` more GPUs of ``gpu_model`` over [start, end) on top
     of what the team holds then: admitted or not, and how many are above its guarantee.
-    ``quotas``: the rows to apply (booking admission passes them locked); default: read."""
+    ``quotas``, ``unit_quotas`` (rows and tree, ``teams.selectors.unit_quota_rows``): the
+    rows to apply (booking admission passes them locked); default: read."""
     if quotas is None:
         rule = team_quota_rule(team=team)
     else:
         rule = QuotaRule(
-            QuotaRow(team.slug, q.gpu_model.name if q.gpu_model else None, q.guaranteed, q.limit)
-            for q in quotas
+            (
+                QuotaRow(
+                    team.slug, q.gpu_model.name if q.gpu_model else None, q.guaranteed, q.limit
+                )
+                for q in quotas
+            ),
+            *(unit_quotas or ([], None)),
         )
+    holdings = rule_holdings(
+        rule,
+        team=team,
+        model=gpu_model.name,
+        start=start,
+        end=end,
+        exclude_reservation_id=exclude_reservation_id,
+    )
+    return rule.admit(team.slug, gpu_model.name, count, start, end, holdings)
+
+
+def rule_holdings(
+    rule: QuotaRule,
+    *,
+    team: Team,
+    model: str | None,
+    start: datetime,
+    end: datetime,
+    exclude_reservation_id: int | None = None,
+) -> Holdings:
+    """What the quota rule counts for ``team``'s GPUs of ``model`` over [start, end): the
+    team's holdings, and those of every team below a unit whose row applies (their limits
+    cap the teams together)."""
     holdings = team_holdings(
         team=team, start=start, end=end, exclude_reservation_id=exclude_reservation_id
     )
-    return rule.admit(team.slug, gpu_model.name, count, start, end, holdings)
+    unit_rows = rule.unit_rows_for(team.slug, model)
+    if not unit_rows:
+        return holdings
+    slugs = set().union(*(rule.teams_under(r.unit) for r in unit_rows)) - {team.slug}
+    for other in Team.objects.filter(slug__in=slugs).order_by("slug"):
+        theirs = team_holdings(
+            team=other, start=start, end=end, exclude_reservation_id=exclude_reservation_id
+        )
+        for key, spans in theirs.intervals.items():
+            holdings.intervals[key].extend(spans)
+    return holdings
 
 
 def quota_usage(*, quotas, now: datetime | None = None) -> dict[int, dict]:
