@@ -17,12 +17,14 @@ from apps.fleet.models import Gpu
 from apps.jobs.choices import WhatIfStatus
 from apps.jobs.dispatch import gpu_info
 from apps.jobs.models import Job, WhatIfRun
+from apps.jobs.scheduler.quota_file import OrgUnits
 from apps.jobs.scheduler.replay import JOB_COLUMNS, ReplayResult, TraceJob, simulate
 from apps.jobs.scheduler.state import GpuInfo, TeamQuota
-from apps.jobs.scheduler.team_metrics import compare_teams, team_metrics
+from apps.jobs.scheduler.team_metrics import TeamMetrics, compare_teams, team_metrics
 from apps.jobs.whatif_power import power_comparison
 from apps.outbox.services import outbox_send_task
-from apps.teams.models import Quota
+from apps.teams.models import OrgUnit, Quota
+from apps.teams.selectors import quota_org_tree, unit_quota_rows
 from portal import queries
 
 WINDOWS = {"7d": timedelta(days=7), "30d": timedelta(days=30)}
@@ -156,13 +158,14 @@ def what_if(
     progress(10)
     step = 40 if power_saving is None else 27  # percent per replay
     quotas_before, quotas_after = _team_quotas(current_quotas()), _team_quotas(proposed)
+    units = org_units()
     before = simulate(
-        history, gpus, quotas_before, policy,
+        history, gpus, quotas_before, policy, units=units,
         progress=lambda done: progress(10 + int(step * done)),
     )  # fmt: skip
     progress(10 + step)
     after = simulate(
-        history, gpus, quotas_after, policy,
+        history, gpus, quotas_after, policy, units=units,
         progress=lambda done: progress(10 + step + int(step * done)),
     )  # fmt: skip
     power = None
@@ -176,8 +179,8 @@ def what_if(
     progress(90)
     lost_before, lost_after = _lost_gpu_hours(before), _lost_gpu_hours(after)
     metrics_before, metrics_after = (
-        team_metrics(before, quotas_before),
-        team_metrics(after, quotas_after),
+        team_metrics(before, quotas_before, units),
+        team_metrics(after, quotas_after, units),
     )
     changes = compare_teams(metrics_before, metrics_after)
     teams = sorted({job.team for job in history})
@@ -209,6 +212,7 @@ def what_if(
         "before": _summary(before),
         "after": _summary(after),
         "guarantee": {"before": _overall(metrics_before), "after": _overall(metrics_after)},
+        "units": unit_rows(metrics_before, metrics_after),
         "power": power,
         "currency": settings.BILLING_CURRENCY,
         "too_few_jobs": len(history) < MIN_JOBS,
@@ -216,6 +220,36 @@ def what_if(
         # Nobody waited under either set: the averages are all zero and compare nothing.
         "nobody_waited": not any(row["wait_before_h"] or row["wait_after_h"] for row in rows),
     }
+
+
+def org_units() -> OrgUnits:
+    """The organisation units as the replays take them: the units' quota rows (which the
+    proposal leaves as they are) and the tree, units by id, teams by slug."""
+    rows, tree = unit_quota_rows()
+    return OrgUnits(rows, tree or quota_org_tree())
+
+
+def unit_rows(before: TeamMetrics, after: TeamMetrics) -> list[dict]:
+    """Per unit (by path, root first) the guarantee wait and sharing incentive of all its
+    teams together, under the current quotas and the proposal (hours)."""
+    labels = dict(OrgUnit.objects.values_list("pk", "name"))
+    tree = quota_org_tree()
+    rows = []
+    for key in before.units.keys() | after.units.keys():
+        b, a = before.units.get(key), after.units.get(key)
+        row = {"unit": " / ".join(labels.get(u, str(u)) for u in tree.path(int(key)))}
+        for label, o in (("before", b), ("after", a)):
+            row[f"jobs_{label}"] = o.jobs if o else 0
+            row[f"guarantee_wait_p50_{label}_h"] = o.guarantee_wait_p50 / 3600 if o else 0.0
+            row[f"guarantee_wait_p99_{label}_h"] = o.guarantee_wait_p99 / 3600 if o else 0.0
+            row[f"guarantee_wait_late_share_{label}"] = o.guarantee_wait_late_share if o else 0.0
+            row[f"jct_shared_{label}_h"] = o.jct_shared / 3600 if o else 0.0
+            row[f"jct_alone_{label}_h"] = (
+                o.jct_alone / 3600 if o and o.jct_alone is not None else None
+            )
+            row[f"worse_off_than_alone_{label}"] = bool(o and o.worse_off)
+        rows.append(row)
+    return sorted(rows, key=lambda row: row["unit"])
 
 
 # How the page names a team's ``change`` (``team_metrics.compare_teams``), in the order it

@@ -396,3 +396,24 @@ def test_a_long_replay_keeps_reporting_progress_between_its_steps():
     quota = [TeamQuota("vision", None, 0, 8)]
     simulate(jobs, gpus, quota, "fifo", progress=seen.append)
     assert len(seen) >= 3 and seen == sorted(seen) and 0 < seen[0] < seen[-1] <= 1
+
+
+def test_the_run_reports_the_guarantee_wait_and_sharing_per_unit(client, platform_admin, history):
+    from apps.teams.models import ROOT_UNIT_SLUG, OrgUnit, Team
+    from apps.teams.services import unit_create
+
+    root = OrgUnit.objects.get(slug=ROOT_UNIT_SLUG)
+    research = unit_create(slug="research", name="Research", parent=root, actor=platform_admin)
+    Team.objects.filter(slug="vision").update(unit=research)
+    client.force_login(platform_admin)
+    result = replay(client, form()).context["result"]
+    units = {row["unit"]: row for row in result["units"]}
+    teams = {row["team"]: row for row in result["teams"]}
+    assert units["Organisation / Research"]["jobs_before"] == 8  # vision alone
+    assert units[root.name]["jobs_after"] == 16
+    # one team below research: its figures are vision's
+    research_row = units["Organisation / Research"]
+    assert research_row["guarantee_wait_p99_after_h"] == pytest.approx(
+        teams["vision"]["guarantee_wait_p99_after_h"]
+    )
+    assert research_row["guarantee_wait_p99_after_h"] < research_row["guarantee_wait_p99_before_h"]

@@ -413,9 +413,12 @@ class Engine(QueueMixin, BaselineMixin, SpareMixin, DrainMixin, PreemptionMixin,
         """Whether a candidate found earlier in this pass is still its team's: true when it
         still fits, as the free GPUs only shrank since (so no earlier job of the team fits
         now) and the team's queue and quota did not change (only its own placements change
-        them). Without booked GPUs, and for a job whose model cannot change."""
+        them). Without booked GPUs, for a job whose model cannot change, and outside a unit
+        with a quota row (other teams' placements change its room)."""
         pool, job = self.pool, cand.job
         if pool.booked_count or (job.gpu_model is None and len(pool.models) > 1):
+            return False
+        if self.quotas.rule.has_unit_rows and self.quotas.shares(job.team)[0]:
             return False
         if job.same_node:
             return pool.max_free_on_node(cand.model) >= job.gpu_count

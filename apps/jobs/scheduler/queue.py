@@ -93,6 +93,7 @@ class QueueMixin:
                 # so a preemption that failed before may work (as when GPUs come back).
                 self.gained += 1
             self._caps_cache.pop(run.team, None)
+            self._unit_changed(run.team)
             if self._is_preemptible(run):
                 self.preemptible.add(run.job_id)
         info = self.pool.info
@@ -114,6 +115,16 @@ class QueueMixin:
             for _ in run.gpu_ids:
                 bisect.insort(releases, end)
 
+    def _unit_changed(self, team: str) -> None:
+        """What ``team`` holds counts in its units' limits: the teams below them may now
+        take more or less (nothing to do without unit rows)."""
+        if not self.quotas.rule.has_unit_rows:
+            return
+        for peer in self.quotas.shares(team)[1]:
+            self._caps_cache.pop(peer, None)
+            self._drain_cands.pop(peer, None)
+            self._dirty.add(peer)
+
     def remove_running(self, job_id: int) -> RunningJob:
         self.version += 1
         run = self.running.pop(job_id)
@@ -127,6 +138,7 @@ class QueueMixin:
         if run.reservation_id is None:
             self.quotas.give(run.team, run.model, len(run.gpu_ids))
             self._caps_cache.pop(run.team, None)
+            self._unit_changed(run.team)
             self.preemptible.discard(job_id)
         for node, n in self.spread.pop(job_id).items():
             self.on_node[node].discard(job_id)
@@ -163,6 +175,7 @@ class QueueMixin:
                 self.quotas.book(b, model, now)
                 self._caps_cache.pop(b.team, None)
                 self._drain_cands.pop(b.team, None)
+                self._unit_changed(b.team)
             if b.start <= now:
                 self.active_bookings.setdefault(b.reservation_id, []).append(b.gpu_id)
                 if b.gpu_id in self.pool.info and b.gpu_id not in self.busy:

@@ -38,6 +38,7 @@ from dataclasses import dataclass, replace
 from apps.fleet.power_rules import PowerSaving
 from apps.jobs.scheduler.config import SchedulerConfig, running_from
 from apps.jobs.scheduler.core import Engine, schedule
+from apps.jobs.scheduler.quota_file import OrgUnits
 from apps.jobs.scheduler.quotas import QuotaBook
 from apps.jobs.scheduler.replay_power import DEFAULT_IDLE_WATTS, NodeClock
 from apps.jobs.scheduler.replay_results import (  # noqa: F401 - replay's public names
@@ -104,6 +105,7 @@ def simulate(
     runtime_limits: str = "classes",
     power_saving: PowerSaving | None = None,
     idle_watts: float = DEFAULT_IDLE_WATTS,
+    units: OrgUnits | None = None,
 ) -> ReplayResult:
     """Replay ``jobs`` on ``gpus`` under ``policy``; see the module docstring. When given,
     ``decisions`` receives (time, placements, preemptions) of every cycle that did something,
@@ -111,14 +113,16 @@ def simulate(
     (0 to 1). ``runtime_limits``: what the scheduler is told of jobs without a limit of their
     own, "classes" (the duration rounded up to a user's class) or "exact" (the duration).
     ``power_saving``: power idle nodes down and wake them for queued work (``replay_power``);
-    a powered-off node draws ``idle_watts`` less than an idle one."""
+    a powered-off node draws ``idle_watts`` less than an idle one. ``units``: the
+    organisation units above the teams, with their quota rows (``quota_file``)."""
     if runtime_limits not in RUNTIME_LIMITS:
         raise ValueError(
             f"Unknown runtime limits {runtime_limits!r}; choose one of {', '.join(RUNTIME_LIMITS)}."
         )
     config = replace(config or SchedulerConfig(), explain=False)
-    arrivals, never_fit = admissible(jobs, FleetSizes(gpus, quotas))
-    replay = _Replay(arrivals, gpus, quotas, policy, config, incremental, decisions)
+    units = units or OrgUnits()
+    arrivals, never_fit = admissible(jobs, FleetSizes(gpus, quotas, units))
+    replay = _Replay(arrivals, gpus, quotas, policy, config, incremental, decisions, units)
     replay.nodes = NodeClock(gpus, replay.first, power_saving, idle_watts, *replay.pool_changes())
     if runtime_limits == "exact":
         replay.limit_of = float
@@ -145,8 +149,10 @@ class _Replay:
         config: SchedulerConfig,
         incremental: bool,
         decisions: list | None,
+        units: OrgUnits,
     ) -> None:
         self.arrivals = arrivals
+        self.units = units
         self.gpus = gpus
         self.quotas = quotas
         self.policy = policy
@@ -154,7 +160,9 @@ class _Replay:
         self.decisions = decisions
         self.records = {j.job_id: _JobRecord(j) for j in arrivals}
         self.model_of = {g.gpu_id: g.model for g in gpus}
-        self.engine = Engine(gpus, quotas, policy, config) if incremental else None
+        self.engine = (
+            Engine(gpus, quotas, policy, config, units.rows, units.tree) if incremental else None
+        )
         self.meter = UsageMeter(config.usage_half_life_seconds)
         self.queue: dict[int, QueuedJob] = {}
         self.running: dict[int, RunningJob] = {}
@@ -178,7 +186,7 @@ class _Replay:
             self.guaranteed[q.team] += q.guaranteed
         self.held: dict[str, int] = defaultdict(int)
         # GPUs running per quota key (team, model or None), to tell within-guarantee jobs
-        self.book = QuotaBook(quotas)
+        self.book = QuotaBook(quotas, units.rows, units.tree)
         self.models = sorted({g.model for g in gpus})
         self.queued_per_team: dict[str, int] = defaultdict(int)
         self.below: set[str] = set()
@@ -399,6 +407,8 @@ class _Replay:
             [],
             self.quotas,
             self.meter.snapshot(self.now),
+            unit_quotas=self.units.rows,
+            org_tree=self.units.tree,
         )
         return schedule(state, self.policy, self.config)
 

@@ -13,6 +13,11 @@ returns a ``TeamMetrics``: per team and overall,
 * *finish-time fairness* per job (Themis): rho = JCT shared / JCT alone over the same jobs; the
   worst rho and the share of jobs with rho > 1.05.
 
+With organisation units (``units``), the same figures per unit over every team below it
+(``UnitOutcome``): the guarantee wait over all their within-guarantee jobs, and the sharing
+incentive as the average JCT of all their compared jobs shared against each team's jobs alone
+on its own guaranteed GPUs.
+
 Jain's index over per-team slowdown stays in ``ReplayResult`` as context only.
 ``format_team_metrics`` prints one table per policy for ``replay_trace`` and the bench; the
 what-if page compares two ``TeamMetrics`` (current and proposed quotas) team by team.
@@ -59,6 +64,30 @@ class TeamOutcome:
 
 
 @dataclass(frozen=True, slots=True)
+class UnitOutcome:
+    """One unit's figures over every team below it; times in seconds."""
+
+    unit: str
+    teams: tuple[str, ...]
+    jobs: int
+    within_guarantee_jobs: int
+    guarantee_wait_p50: float
+    guarantee_wait_p99: float
+    guarantee_wait_late_share: float
+    compared_jobs: int
+    jct_shared: float
+    jct_alone: float | None
+    worse_off: bool  # shared > alone + 0.5 h over all its compared jobs
+    worse_off_teams: tuple[str, ...]
+
+    def as_dict(self) -> dict:
+        out = asdict(self)
+        out["teams"] = list(self.teams)
+        out["worse_off_teams"] = list(self.worse_off_teams)
+        return out
+
+
+@dataclass(frozen=True, slots=True)
 class TeamMetrics:
     """Per team (``teams``) and over all jobs: the guarantee wait of every within-guarantee
     job, teams worse off than alone, rho over every compared job."""
@@ -72,11 +101,14 @@ class TeamMetrics:
     worse_off_teams: tuple[str, ...] = ()
     worst_rho: float | None = None
     rho_late_share: float = 0.0
+    units: dict[str, UnitOutcome] = field(default_factory=dict)  # empty without units
 
     def as_dict(self) -> dict:
-        out = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "teams"}
+        skip = ("teams", "units")
+        out = {k: getattr(self, k) for k in self.__dataclass_fields__ if k not in skip}
         out["worse_off_teams"] = list(self.worse_off_teams)
         out["teams"] = {t: o.as_dict() for t, o in self.teams.items()}
+        out["units"] = {u: o.as_dict() for u, o in self.units.items()}
         return out
 
 
@@ -157,21 +189,26 @@ def _team_jobs(result, book: QuotaBook, models: list[str]) -> dict[str, list[_Jo
     return by_team
 
 
-def team_metrics(result, quotas: list[TeamQuota]) -> TeamMetrics:
+def team_metrics(result, quotas: list[TeamQuota], units=None) -> TeamMetrics:
     """The guarantee wait, sharing incentive and finish-time fairness of a replay (``result``, a
-    ``ReplayResult``) under the ``quotas`` it ran with. See the module docstring for the
+    ``ReplayResult``) under the ``quotas`` it ran with, per team and, with ``units``
+    (``quota_file.OrgUnits``: rows and tree), per unit. See the module docstring for the
     definitions."""
     book = QuotaBook(quotas)
     models = result.models
     teams: dict[str, TeamOutcome] = {}
     all_waits: list[float] = []
     all_rho: list[float] = []
+    details: dict[str, tuple[list[float], list[tuple[float, float | None]]]] = {}
     for team, jobs in sorted(_team_jobs(result, book, models).items()):
-        outcome, waits, rhos = _team_outcome(team, jobs, book, models)
+        outcome, waits, rhos, pairs = _team_outcome(team, jobs, book, models)
         teams[team] = outcome
+        details[team] = (waits, pairs)
         all_waits.extend(waits)
         all_rho.extend(rhos)
+    tree = units.tree if units is not None else None
     return TeamMetrics(
+        units=unit_outcomes(tree, teams, details) if tree is not None else {},
         teams=teams,
         within_guarantee_jobs=len(all_waits),
         guarantee_wait_p50=percentile(all_waits, 0.5),
@@ -202,6 +239,7 @@ def _team_outcome(team: str, jobs: list[_Job], book: QuotaBook, models: list[str
     shared_avg = sum(j.end - j.submit for j in compared) / len(compared) if compared else 0.0
     alone_avg = sum(alone.values()) / len(alone) if alone else None
     rhos = [(j.end - j.submit) / alone[j.job_id] for j in compared if alone.get(j.job_id)]
+    pairs = [(j.end - j.submit, alone.get(j.job_id)) for j in compared]
     outcome = TeamOutcome(
         team=team,
         jobs=len(jobs),
@@ -219,7 +257,36 @@ def _team_outcome(team: str, jobs: list[_Job], book: QuotaBook, models: list[str
         worst_rho=max(rhos, default=None),
         rho_late_share=_share(rhos, RHO_TOLERANCE),
     )
-    return outcome, waits, rhos
+    return outcome, waits, rhos, pairs
+
+
+def unit_outcomes(tree, teams: dict[str, TeamOutcome], details: dict) -> dict[str, UnitOutcome]:
+    """Per unit of ``tree`` (parents first, then by name), the figures of every team below it:
+    ``details`` holds each team's guarantee waits and (shared, alone) JCT of compared jobs."""
+    out: dict[str, UnitOutcome] = {}
+    units = sorted(tree.parents, key=lambda u: ([str(p) for p in tree.path(u)]))
+    for unit in units:
+        below = sorted(t for t in tree.teams_under(unit) if t in teams)
+        waits = [w for t in below for w in details[t][0]]
+        pairs = [p for t in below for p in details[t][1]]
+        alone = [a for _, a in pairs if a is not None]
+        shared = sum(s for s, _ in pairs) / len(pairs) if pairs else 0.0
+        alone_avg = sum(alone) / len(alone) if alone else None
+        out[str(unit)] = UnitOutcome(
+            unit=str(unit),
+            teams=tuple(below),
+            jobs=sum(teams[t].jobs for t in below),
+            within_guarantee_jobs=len(waits),
+            guarantee_wait_p50=percentile(waits, 0.5),
+            guarantee_wait_p99=percentile(waits, 0.99),
+            guarantee_wait_late_share=_share(waits, WAIT_LIMIT_SECONDS),
+            compared_jobs=len(pairs),
+            jct_shared=shared,
+            jct_alone=alone_avg,
+            worse_off=alone_avg is not None and shared > alone_avg + WORSE_OFF_MARGIN_SECONDS,
+            worse_off_teams=tuple(t for t in below if teams[t].worse_off),
+        )
+    return out
 
 
 def compare_teams(before: TeamMetrics, after: TeamMetrics) -> dict[str, dict]:
@@ -278,5 +345,18 @@ def format_team_metrics(metrics: dict[str, TeamMetrics]) -> str:
                 f"{o.guarantee_wait_p50 / 60:10.1f} {o.guarantee_wait_p99 / 60:6.1f} "
                 f"{o.guarantee_wait_late_share:5.0%} | {o.jct_shared / 3600:12.2f} {alone} "
                 f"{'  yes' if o.worse_off else '   no'} | {rho} {o.rho_late_share:6.1%}"
+            )
+        if m.units:
+            lines.append(
+                "    unit            teams  jobs  in-guar  wait p50 m  p99 m  >30m  | "
+                "JCT shared h  alone h  worse"
+            )
+        for u in m.units.values():
+            alone = f"{u.jct_alone / 3600:8.2f}" if u.jct_alone is not None else "       -"
+            lines.append(
+                f"    {u.unit[:14]:14s} {len(u.teams):6} {u.jobs:6,} {u.within_guarantee_jobs:8,} "
+                f"{u.guarantee_wait_p50 / 60:10.1f} {u.guarantee_wait_p99 / 60:6.1f} "
+                f"{u.guarantee_wait_late_share:5.0%} | {u.jct_shared / 3600:12.2f} {alone} "
+                f"{'  yes' if u.worse_off else '   no'}"
             )
     return "\n".join(lines)

@@ -22,7 +22,8 @@ Fleets: ``parse_fleet("4x8:H100,2x4:L40S")`` (nodes x GPUs : model; model ``any`
 ``GPU``) or ``load_fleet_csv(path)`` for the Alibaba node list (nodes with ``gpu > 0``; each
 node is its own NVLink domain).
 
-Quotas: ``load_quotas(path)`` (CSV ``team,model,guaranteed,limit``; empty model = any) or
+Quotas: ``load_quota_units(path)`` (CSV ``team,model,guaranteed,limit[,parent]``; empty model =
+any; with ``parent``, organisation units and their rows: see ``quota_file``) or
 ``default_quotas(gpus, teams)``: each team is guaranteed an equal share (rounded down) of each
 model and may burst to the whole model. ``helios_quotas(path, gpus)`` maps the first day of the
 Helios Venus virtual-cluster quotas onto the fleet, scaled to its size.
@@ -39,6 +40,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
+from apps.jobs.scheduler.quota_file import OrgUnits, QuotaFileError, load_quota_file
 from apps.jobs.scheduler.replay import TraceJob
 from apps.jobs.scheduler.state import GpuInfo, TeamQuota
 
@@ -353,14 +355,16 @@ def load_fleet_csv(path: str | Path) -> list[GpuInfo]:
 
 
 def load_quotas(path: str | Path) -> list[TeamQuota]:
-    out = []
-    with open(path, newline="") as fh:
-        for line, row in enumerate(csv.DictReader(fh), start=2):
-            g, lim = int(_num(row, "guaranteed", line)), int(_num(row, "limit", line))
-            if not 0 <= g <= lim:
-                raise TraceError(f"Line {line}: need 0 <= guaranteed <= limit.")
-            out.append(TeamQuota(row["team"], (row.get("model") or "").strip() or None, g, lim))
-    return out
+    """The teams' rows of a quota file (``quota_file``; units, if any, left out)."""
+    return load_quota_units(path)[0]
+
+
+def load_quota_units(path: str | Path) -> tuple[list[TeamQuota], OrgUnits | None]:
+    """The teams' rows and the units of a quota file (``quota_file``)."""
+    try:
+        return load_quota_file(path)
+    except QuotaFileError as error:
+        raise TraceError(str(error)) from None
 
 
 def default_quotas(gpus: list[GpuInfo], teams: list[str]) -> list[TeamQuota]:

@@ -27,13 +27,13 @@ class TraceJob:
 class FleetSizes:
     """Sizes the replay needs to decide whether a job can ever run and on how many nodes."""
 
-    def __init__(self, gpus: list[GpuInfo], quotas: list[TeamQuota]) -> None:
+    def __init__(self, gpus: list[GpuInfo], quotas: list[TeamQuota], units=None) -> None:
         node_sizes = Counter((g.model, g.node) for g in gpus)
         self.per_model: dict[str, int] = Counter(g.model for g in gpus)
         self.largest: dict[str, int] = defaultdict(int)
         for (model, _), n in node_sizes.items():
             self.largest[model] = max(self.largest[model], n)
-        self.quota = QuotaRule(quotas)
+        self.quota = QuotaRule(quotas, *((units.rows, units.tree) if units else ()))
 
     def multi_node(self, job: TraceJob) -> bool:
         """A job no node can hold alone runs across nodes, whatever the trace says."""

@@ -43,7 +43,7 @@ from apps.jobs.scheduler.trace import (
     load_alibaba_pods,
     load_fleet_csv,
     load_generic,
-    load_quotas,
+    load_quota_units,
     load_slurm,
     parse_fleet,
 )
@@ -90,7 +90,15 @@ class Command(BaseCommand):
             action="store_true",
             help="fairshare: keep over-quota work on other nodes than guaranteed work",
         )
-        parser.add_argument("--quotas", help="CSV team,model,guaranteed,limit (default: equal)")
+        parser.add_argument(
+            "--quotas",
+            help=(
+                "CSV team,model,guaranteed,limit[,parent] (default: equal). With a parent "
+                "column, a name that is some row's parent is an organisation unit: its rows cap "
+                "its teams together and its idle guarantee is lent to them first (empty model: "
+                "any model; a unit row with empty guaranteed and limit only places it)"
+            ),
+        )
         parser.add_argument("--helios-quotas", help="Helios VC quota CSV, scaled to the fleet")
         parser.add_argument("--limit", type=int, help="replay only the first N jobs")
         parser.add_argument("--out", default="var/replay", help="folder for replay.json/.html")
@@ -132,8 +140,9 @@ class Command(BaseCommand):
                 else load_fleet_csv(options["fleet_csv"])
             )
             teams = sorted({job.team for job in loaded.jobs})
+            units = None
             if options["quotas"]:
-                quotas = load_quotas(options["quotas"])
+                quotas, units = load_quota_units(options["quotas"])
             elif options["helios_quotas"]:
                 quotas = helios_quotas(options["helios_quotas"], gpus, teams)
             else:
@@ -159,14 +168,14 @@ class Command(BaseCommand):
             name: simulate(
                 loaded.jobs, gpus, quotas, policy, config,
                 runtime_limits=options["runtime_limits"],
-                power_saving=power, idle_watts=options["idle_watts"],
+                power_saving=power, idle_watts=options["idle_watts"], units=units,
             )
             for name, policy, power in runs
         }  # fmt: skip
         self.stdout.write(format_table(results))
         if saving is not None:
             self.stdout.write(_power_summary(results[options["policy"]], results[ALWAYS_ON]))
-        teams = {name: team_metrics(result, quotas) for name, result in results.items()}
+        teams = {name: team_metrics(result, quotas, units) for name, result in results.items()}
         self.stdout.write(
             "What teams see (guarantee wait, shared vs alone, rho = JCT shared / alone):"
         )
