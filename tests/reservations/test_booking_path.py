@@ -23,9 +23,9 @@ pytestmark = pytest.mark.django_db
 
 URL = "/api/v1/reservations/"
 # Team and model lookups, membership, fleet size; begin, quota rows locked, the units' quota
-# rows locked (none here: no tree read), the team's holdings and running jobs, the budget's period, running jobs of the model, the powered-down nodes ready
-# by the start, the booking's row, the picking lock with the pick, the holdings, commit; the
-# reply's GPUs and figures.
+# rows locked (none here: no tree read), the team's holdings and running jobs, the budget's
+# period, running jobs of the model, the powered-down nodes ready by the start, the booking's
+# row, the picking lock with the pick, the holdings, commit; the reply's GPUs and figures.
 QUERIES_PER_BOOKING = 18
 
 
