@@ -221,6 +221,9 @@ OIDC_RP_SIGN_ALGO = env.str("OIDC_SIGN_ALGORITHM", default="RS256")
 OIDC_CLAIM_USERNAME = env.str("OIDC_CLAIM_USERNAME", default="preferred_username")
 OIDC_CLAIM_EMAIL = env.str("OIDC_CLAIM_EMAIL", default="email")
 OIDC_CLAIM_GROUPS = env.str("OIDC_CLAIM_GROUPS", default="groups")
+# IdP groups whose members administer an organisation unit: "research-leads=research,ops=ops"
+# (group=unit slug). A unit named here has its admins managed by the IdP, like mapped teams.
+SSO_UNIT_ADMIN_GROUPS = env.dict("SSO_UNIT_ADMIN_GROUPS", default={})
 OIDC_CLAIM_FIRST_NAME = env.str("OIDC_CLAIM_FIRST_NAME", default="given_name")
 OIDC_CLAIM_LAST_NAME = env.str("OIDC_CLAIM_LAST_NAME", default="family_name")
 OIDC_TIMEOUT = env.float("OIDC_TIMEOUT_SECONDS", default=10.0)

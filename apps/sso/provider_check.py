@@ -22,6 +22,7 @@ from apps.sso.services import (
     groups_claim,
     memberships_sync,
     sso_identity_deprovision,
+    unit_admins_sync,
 )
 from apps.teams.services import user_sessions_end
 
@@ -174,6 +175,7 @@ def _checked(
     if grants is not None:
         global_role_sync(identity.user, grants, reason=reason)
         memberships_sync(identity.user, grants, reason=reason)
+        unit_admins_sync(identity.user, grants, reason=reason)
 
 
 @transaction.atomic

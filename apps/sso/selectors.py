@@ -1,7 +1,10 @@
 from dataclasses import dataclass, field
 
+from django.conf import settings
+
 from apps.sso.choices import MappedRole
 from apps.sso.models import GroupMapping
+from apps.teams.models import OrgUnit
 
 # When several groups grant roles, the stronger one wins.
 _TEAM_RANK = {MappedRole.MEMBER: 1, MappedRole.TEAM_ADMIN: 2}
@@ -18,10 +21,12 @@ class Grants:
     global_group: str = ""
     managed_team_ids: set[int] = field(default_factory=set)
     managed_global_roles: set[str] = field(default_factory=set)
+    unit_admin_of: dict[int, str] = field(default_factory=dict)  # unit id -> the granting group
+    managed_unit_ids: set[int] = field(default_factory=set)
 
     @property
     def grants_anything(self) -> bool:
-        return bool(self.team_roles or self.global_role)
+        return bool(self.team_roles or self.global_role or self.unit_admin_of)
 
 
 def grants_for_groups(groups: list[str]) -> Grants:
@@ -44,4 +49,19 @@ def grants_for_groups(groups: list[str]) -> Grants:
             or _GLOBAL_RANK[role] > _GLOBAL_RANK[MappedRole(grants.global_role)]
         ):
             grants.global_role, grants.global_group = role.value, mapping.group
+    _unit_admin_grants(grants, wanted)
     return grants
+
+
+def _unit_admin_grants(grants: Grants, groups: set[str]) -> None:
+    """Unit admin roles from SSO_UNIT_ADMIN_GROUPS (group -> unit slug); a slug that names no
+    unit grants nothing."""
+    mapping = dict(getattr(settings, "SSO_UNIT_ADMIN_GROUPS", {}) or {})
+    if not mapping:
+        return
+    units = dict(OrgUnit.objects.filter(slug__in=mapping.values()).values_list("slug", "pk"))
+    grants.managed_unit_ids = set(units.values())
+    for group in sorted(groups):
+        unit_id = units.get(mapping.get(group, ""))
+        if unit_id is not None:
+            grants.unit_admin_of.setdefault(unit_id, group)

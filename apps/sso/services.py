@@ -17,7 +17,7 @@ from apps.sso import sealing
 from apps.sso.models import SsoIdentity
 from apps.sso.selectors import Grants, grants_for_groups
 from apps.teams.choices import GlobalRole, TeamRole
-from apps.teams.models import Membership, Team, User
+from apps.teams.models import Membership, OrgUnit, Team, UnitMembership, User
 from apps.teams.services import user_sessions_end
 from apps.teams.tokens import api_tokens_revoke_all
 from portal.exceptions import ApplicationError, PolicyRefusal
@@ -142,6 +142,7 @@ def sso_user_sync(
         reason = f"Sign-in through the identity provider; groups: {', '.join(groups) or 'none'}"
         global_role_sync(user, grants, reason=reason)
         memberships_sync(user, grants, reason=reason)
+        unit_admins_sync(user, grants, reason=reason)
     logger.info("sso sign-in of %s (subject %s), groups %s", user.username, subject, groups)
     return user
 
@@ -279,6 +280,7 @@ def sso_identity_deprovision(*, issuer: str, subject: str, groups: list[str], re
         nothing = grants_for_groups([])
         role_before = user.global_role
         removed = memberships_sync(user, nothing, reason=reason)
+        units_left = unit_admins_sync(user, nothing, reason=reason)
         global_role_sync(user, nothing, reason=reason)
         tokens = api_tokens_revoke_all(user=user, actor=None, reason=reason)
         sessions = user_sessions_end(user=user)
@@ -289,7 +291,14 @@ def sso_identity_deprovision(*, issuer: str, subject: str, groups: list[str], re
         identity.last_groups = groups
         identity.refresh_token = ""
         identity.save(update_fields=["last_groups", "refresh_token"])
-        changed = bool(removed or tokens or sessions or password or role_before != user.global_role)
+        changed = bool(
+            removed
+            or units_left
+            or tokens
+            or sessions
+            or password
+            or role_before != user.global_role
+        )
         if changed:
             audit_record(
                 actor=None,
@@ -379,3 +388,41 @@ def memberships_sync(user: User, grants: Grants, *, reason: str) -> list[str]:
         )
         membership.delete()
     return sorted(removed)
+
+
+def unit_admins_sync(user: User, grants: Grants, *, reason: str) -> list[str]:
+    """Unit admin roles in the units SSO_UNIT_ADMIN_GROUPS names follow the groups: added when
+    a group grants one, removed when none does any more; units no group maps to are managed in
+    the portal and left alone. Audited. Returns the slugs of the units the user left."""
+    existing = {
+        membership.unit_id: membership
+        for membership in UnitMembership.objects.select_for_update()
+        .select_related("unit")
+        .filter(user=user, unit_id__in=grants.managed_unit_ids)
+    }
+    units = OrgUnit.objects.in_bulk(set(grants.unit_admin_of) | set(existing))
+    for unit_id, group in sorted(grants.unit_admin_of.items()):
+        if unit_id in existing:
+            continue
+        UnitMembership.objects.create(user=user, unit=units[unit_id])
+        audit_record(
+            actor=None,
+            action="unit.admin_add",
+            target=units[unit_id],
+            after={"user": user.username},
+            reason=f"{reason} (group {group})",
+        )
+    left = []
+    for unit_id, membership in existing.items():
+        if unit_id in grants.unit_admin_of:
+            continue
+        left.append(units[unit_id].slug)
+        audit_record(
+            actor=None,
+            action="unit.admin_remove",
+            target=units[unit_id],
+            before={"user": user.username},
+            reason=reason,
+        )
+        membership.delete()
+    return sorted(left)
