@@ -147,3 +147,11 @@ def test_fleet_gpus_sort_by_a_header_click_and_filter_by_model(login_as):
     models = page.locator("section.card.node tbody tr td:nth-child(2)").all_inner_texts()
     assert models and set(models) == {"L40S-48GB"}
     assert "sort=-index" in page.url
+
+
+def test_the_organisation_units_open_from_the_teams_page(login_as):
+    page = login_as("admin")
+    page.goto("/teams/")
+    page.get_by_role("link", name="Organisation units").click()
+    expect(page.get_by_role("heading", name="Organisation units")).to_be_visible()
+    expect(page.get_by_test_id("nav")).not_to_contain_text("Units")
