@@ -23,6 +23,12 @@ FILTER_PARAMETERS = [
         "unit", str, description="Organisation unit slug: the teams anywhere below it."
     ),
     OpenApiParameter("team", str, description="Team slug."),
+    OpenApiParameter(
+        "group",
+        str,
+        enum=["team", "unit"],
+        description="unit: utilization summed per child unit of `unit` (default the root).",
+    ),
     OpenApiParameter("gpu_model", str, description="GPU model name."),
 ]
 

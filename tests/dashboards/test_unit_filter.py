@@ -63,3 +63,27 @@ def test_a_unit_admin_filters_their_unit_on_the_page(client, history, research, 
     html = client.get("/dashboards/utilization/?range=7d&unit=research").text
     assert '<option value="research" selected>Research</option>' in html
     assert client.get("/dashboards/utilization/?unit=ops").status_code == 404
+
+
+def test_group_by_unit_sums_the_teams_per_child_unit(platform_admin, history, research):
+    client = client_for(platform_admin)
+    by_team = client.get("/api/v1/dashboards/utilization/?range=7d").json()
+    by_unit = client.get("/api/v1/dashboards/utilization/?range=7d&group=unit").json()
+    assert by_unit["filters"]["group"] == "unit"
+    # vision sits below research (in lab), nlp directly in the root unit
+    assert _names(by_unit) >= {"Research allocated", "Organisation allocated", "unallocated"}
+    team_traces = {t["name"]: t["y"] for t in by_team["figures"]["allocated-busy"]["data"]}
+    unit_traces = {t["name"]: t["y"] for t in by_unit["figures"]["allocated-busy"]["data"]}
+    assert unit_traces["Research allocated"] == team_traces["vision allocated"]
+    assert unit_traces["Organisation allocated"] == team_traces["nlp allocated"]
+    heat = by_unit["figures"]["util-team-model"]["data"][0]
+    assert set(heat["y"]) <= {"Research", "Organisation"}
+    inside = client.get("/api/v1/dashboards/utilization/?range=7d&unit=research&group=unit")
+    assert {name.split()[0] for name in _names(inside.json())} == {"Lab"}
+
+
+def test_group_must_be_team_or_unit(platform_admin, history):
+    response = client_for(platform_admin).get("/api/v1/dashboards/utilization/?group=dept")
+    assert (
+        response.status_code == 400 and "group must be team or unit" in response.json()["message"]
+    )

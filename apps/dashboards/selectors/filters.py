@@ -10,7 +10,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from apps.fleet.models import GpuModel
-from apps.teams.models import OrgUnit, Team
+from apps.teams.models import OrgUnit, Team, root_unit_pk
 from apps.teams.selectors import org_tree
 from apps.telemetry.models import GpuHourRollup, GpuMinuteRollup
 from portal.exceptions import ApplicationError
@@ -42,6 +42,8 @@ class Filters:
     gpu_model: GpuModel | None
     sees_all: bool
     unit_slug: str = ""
+    # group=unit: team slug -> the name of the child unit of the chosen one it sits below
+    group_of: dict | None = None
 
     @property
     def narrowed(self) -> bool:
@@ -64,6 +66,7 @@ class Filters:
             "start": self.start.isoformat(),
             "end": self.end.isoformat(),
             "unit": self.unit_slug or None,
+            "group": "unit" if self.group_of is not None else "team",
             "team": self.team_slug or None,
             "gpu_model": self.gpu_model.name if self.gpu_model else None,
         }
@@ -108,11 +111,15 @@ def parse_filters(params, user, *, now: datetime | None = None, local: bool = Fa
         raise FilterError("range must be one of 24h, 7d, 30d or custom.")
     visible = Team.objects.for_user(user).order_by("slug")
     unit_slug = params.get("unit") or ""
+    unit = None
     if unit_slug:
         unit = OrgUnit.objects.for_user(user).filter(slug=unit_slug).first()
         if unit is None:
             raise TeamNotVisible(unit_slug)
         visible = visible.filter(unit_id__in=org_tree().subtree(unit.pk))
+    group = params.get("group") or "team"
+    if group not in ("team", "unit"):
+        raise FilterError("group must be team or unit.")
     team_slug = params.get("team") or ""
     if team_slug:
         teams = tuple(visible.filter(slug=team_slug))
@@ -125,6 +132,9 @@ def parse_filters(params, user, *, now: datetime | None = None, local: bool = Fa
         gpu_model = GpuModel.objects.filter(name=params["gpu_model"]).first()
         if gpu_model is None:
             raise FilterError(f"There is no GPU model named {params['gpu_model']!r}.")
+    group_of = None
+    if group == "unit":
+        group_of = _child_unit_names(unit or OrgUnit.objects.get(pk=root_unit_pk()), teams)
     return Filters(
         start=start,
         end=end,
@@ -134,7 +144,21 @@ def parse_filters(params, user, *, now: datetime | None = None, local: bool = Fa
         unit_slug=unit_slug,
         gpu_model=gpu_model,
         sees_all=bool(user.sees_all_teams),
+        group_of=group_of,
     )
+
+
+def _child_unit_names(unit: OrgUnit, teams) -> dict[str, str]:
+    """Team slug -> the name of the child unit of `unit` the team sits below (the unit's own
+    name for a team directly in it): what "group by unit" sums over."""
+    tree = org_tree()
+    names = dict(OrgUnit.objects.values_list("pk", "name"))
+    groups = {}
+    for team in teams:
+        path = tree.path(team.unit_id)
+        below = path[path.index(unit.pk) + 1 :] if unit.pk in path else []
+        groups[team.slug] = names[below[0]] if below else unit.name
+    return groups
 
 
 def step_for(filters: Filters) -> timedelta:

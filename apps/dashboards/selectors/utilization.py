@@ -234,6 +234,9 @@ def utilization_series(filters: Filters) -> dict:
         times.append(t)
         t += step
     allocated = allocated_series(filters, times, step)
+    if filters.group_of is not None:
+        allocated, busy = _grouped(allocated, filters.group_of), _grouped(busy, filters.group_of)
+        util = _grouped_util(util, filters.group_of)
     names = sorted(set(allocated) | set(busy), key=lambda n: (n == UNALLOCATED, n))
     return {
         "step": step,
@@ -253,3 +256,24 @@ def utilization_series(filters: Filters) -> dict:
         ],
         "has_telemetry": bool(busy_rows),
     }
+
+
+def _grouped(series: dict[str, dict], group_of: dict[str, str]) -> dict[str, dict]:
+    """Per-team series summed per group (teams' GPUs add up; the pool stays on its own)."""
+    grouped: dict[str, dict] = defaultdict(lambda: defaultdict(float))
+    for name, values in series.items():
+        target = grouped[group_of.get(name, name)]
+        for t, value in values.items():
+            target[t] += value
+    return grouped
+
+
+def _grouped_util(util: dict, group_of: dict[str, str]) -> dict:
+    """Utilization sums and counts per (group, model): the group's average weighs each GPU
+    sample alike, as a team's does."""
+    grouped: dict = defaultdict(lambda: [0.0, 0, 0.0, 0])
+    for (team, model), sums in util.items():
+        cell = grouped[(group_of.get(team, team), model)]
+        for i, value in enumerate(sums):
+            cell[i] += value or 0
+    return {key: tuple(cell) for key, cell in grouped.items()}
