@@ -107,3 +107,22 @@ def test_one_root_unit_and_no_unit_rows_decide_as_flat_teams():
         flat = schedule(state(waiting, run, tree=None))
         nested = schedule(state(waiting, run, tree=root))
         assert flat == nested
+
+
+def test_a_siblings_booking_ahead_counts_in_the_units_limit_over_a_jobs_run():
+    from apps.jobs.scheduler.state import Booking
+
+    unit_quotas = [UnitQuotaRow("lab", A, 2, 3)]
+    # zeta books 2 GPUs from in 30 minutes: lab holds 2 then
+    booked = [Booking(7, "zeta", g, NOW + 1800, NOW + 7200) for g in (2, 3)]
+    # owner's 3 GPUs borrow 1 beyond its guarantee: lab would hold 5 when the booking starts
+    long_job = QueuedJob(1, "owner", A, 3, 3600.0, NOW)
+    short_job = QueuedJob(2, "owner", A, 3, 600.0, NOW)  # ends before the booking starts
+    for job, placed_ids in ((long_job, set()), (short_job, {2})):
+        state = ClusterState(
+            NOW, gpus(8), [job], [], booked, QUOTAS, unit_quotas=unit_quotas, org_tree=TREE
+        )
+        assert placed(schedule(state)) == placed_ids
+    # without the unit row the long job starts
+    state = ClusterState(NOW, gpus(8), [long_job], [], booked, QUOTAS, org_tree=TREE)
+    assert placed(schedule(state)) == {1}

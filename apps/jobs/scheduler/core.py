@@ -321,12 +321,20 @@ class Engine(QueueMixin, BaselineMixin, SpareMixin, DrainMixin, PreemptionMixin,
         queued before ``before`` (a candidate found already)."""
         if not window:
             return entries
-        return [
-            entry
-            for entry in entries
-            if (before is None or entry[0] < before)
-            and self._fits_quota_window(self.queued[entry[1]], model, mode)
-        ]
+        # A bucket's jobs differ only in their runtime here: one answer per runtime.
+        fits: dict[float, bool] = {}
+        runs = []
+        queued = self.queued
+        for entry in entries:
+            if before is not None and entry[0] >= before:
+                continue
+            job = queued[entry[1]]
+            ok = fits.get(job.max_runtime)
+            if ok is None:
+                ok = fits[job.max_runtime] = self._fits_quota_window(job, model, mode)
+            if ok:
+                runs.append(entry)
+        return runs
 
     def _fits_quota_window(self, job: QueuedJob, model: str, mode: str) -> bool:
         """Whether the job's whole run fits its team's quota beside the team's bookings."""

@@ -30,6 +30,9 @@ class QuotaBook:
         # team -> (units above it with a row, teams whose room its GPUs change): empty when
         # no unit row applies, which keeps the flat engine's bookkeeping as it was.
         self._shares: dict[str, tuple[tuple, frozenset]] = {}
+        # unit -> (row, start, end, grace) -> its teams' peak over the window: shared by the
+        # unit's teams, dropped when one of them takes or gives GPUs back.
+        self._unit_peaks: dict = defaultdict(dict)
         self.weight: dict[str, float] = {team: self.rule.weight(team) for team in self.rule.teams()}
         # team -> its bookings (reservation id -> [start, end, model, GPUs])
         self.booked: dict[str, dict[int, list]] = {}
@@ -37,9 +40,11 @@ class QuotaBook:
         # team -> (model, guarantee) -> room: the scheduler asks for every candidate and
         # victim, the answer changes only when the team takes or gives GPUs back.
         self._room: dict[str, dict[tuple[str, bool], int]] = {}
-        # team -> ((start, grace), its bookings and running jobs as Holdings) for fits_window;
-        # dropped, like the room, when the team takes or gives GPUs back.
-        self._window: dict[str, tuple[tuple[float, float], Holdings]] = {}
+        # team -> ((start, grace), its bookings and running jobs as Holdings, memo) for
+        # fits_window (memo: (row, end) -> peak, (model, count, end, guarantee) -> answer);
+        # dropped, like the room, when the team (or, for unit rows, a team of its units)
+        # takes or gives GPUs back.
+        self._window: dict[str, tuple[tuple[float, float], Holdings, dict]] = {}
 
     def shares(self, team: str) -> tuple[tuple, frozenset]:
         """The units above ``team`` with a quota row and the teams below them (whose room
@@ -77,6 +82,7 @@ class QuotaBook:
         for unit in units:
             unit_used[(unit, model)] += delta
             unit_used[(unit, None)] += delta
+            self._unit_peaks.pop(unit, None)
         for peer in peers:
             self._room.pop(peer, None)
             self._window.pop(peer, None)
@@ -139,6 +145,8 @@ class QuotaBook:
                 # A booking ahead counts against its units' limits: every team below them
                 # must fit beside it too.
                 self.later.update(self.shares(booking.team)[1])
+                for unit in self.shares(booking.team)[0]:
+                    self._unit_peaks.pop(unit, None)
                 for peer in self.shares(booking.team)[1]:
                     self._window.pop(peer, None)
 
@@ -160,9 +168,13 @@ class QuotaBook:
         the most they hold over any window is what they hold now."""
         cached = self._window.get(team)
         if cached is not None and cached[0] == (start, grace):
-            holdings = cached[1]
+            holdings, peaks = cached[1], cached[2]
+            # Queued jobs repeat a few shapes and runtimes: each answer is worked out once.
+            answer = peaks.get((model, count, end, guarantee))
+            if answer is not None:
+                return answer
         else:
-            holdings = Holdings()
+            holdings, peaks = Holdings(), {}
             # Whose holdings count: the team's, and those of its units' teams.
             counted = self.shares(team)[1] or (team,)
             for who in counted:
@@ -172,8 +184,25 @@ class QuotaBook:
                 if run.team in counted and run.reservation_id is None:
                     ends = job_held_until(run.started_at + run.max_runtime, start, grace)
                     holdings.add(run.team, run.model, run.started_at, ends, len(run.gpu_ids))
-            self._window[team] = ((start, grace), holdings)
-        verdict = self.rule.verdict(
-            team, model, count, self.rule.held_by_row(team, start, end, holdings)
+            self._window[team] = ((start, grace), holdings, peaks)
+        peak = self.rule.held_by_row(team, start, end, holdings)
+        unit_peaks = self._unit_peaks
+
+        def held(row) -> int:
+            # Queued jobs share a few runtimes: a row's peak over [start, end) is swept once
+            # (a unit row's once for all the unit's teams).
+            if isinstance(row, UnitQuotaRow):
+                known = unit_peaks[row.unit]
+                key = (row, start, end, grace)
+            else:
+                known, key = peaks, (row, end)
+            found = known.get(key)
+            if found is None:
+                found = known[key] = peak(row)
+            return found
+
+        verdict = self.rule.verdict(team, model, count, held)
+        answer = peaks[(model, count, end, guarantee)] = verdict.admitted and not (
+            guarantee and verdict.over_guarantee
         )
-        return verdict.admitted and not (guarantee and verdict.over_guarantee)
+        return answer
