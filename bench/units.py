@@ -4,11 +4,11 @@
 (a) One cycle of ``bench/scheduler.py``'s state (10,000 queued jobs, 2,000 GPUs, 20 teams):
     flat (the baseline), the same teams in one root unit with no unit rows (must decide the
     same), and in 4 units of 5 teams, each unit with a row per model (guarantee the sum of its
-    teams', limit below the sum of theirs, so it binds). Best of 3 runs each.
+    teams', limit below the sum of theirs, so it binds).
 (b) A replay of the synthetic trace (``bench/tracegen.py``, 15 teams) on 64 x 8 GPUs under
     fairshare, flat and with the teams in 4 units (rows as in (a)).
 Prints each time, the ratio units / flat, and whether the target (ratio <= 1.0, within the
-noise of a shared machine: 1.1) is met.
+noise of a shared machine: 1.1) is met. Cases run in turn, best of 5 (cycle) or 2 (replay).
 
 Run: .venv/bin/python bench/units.py [--replay-jobs N] [--skip-replay]
 """
@@ -55,14 +55,18 @@ def in_units(quotas, units: int = UNITS, limit_share: float = 0.8) -> OrgUnits:
     return OrgUnits(rows, OrgTree(parents, home))
 
 
-def best_of(runs: int, fn, *args, **kwargs):
-    best, result = None, None
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        result = fn(*args, **kwargs)
-        took = time.perf_counter() - t0
-        best = took if best is None else min(best, took)
-    return result, best
+def interleaved(rounds: int, cases: list) -> list[tuple]:
+    """(result, best seconds) of each ``(fn, args)`` case, run in turn ``rounds`` times so
+    that the load of a shared machine falls on all of them alike."""
+    best = [None] * len(cases)
+    results = [None] * len(cases)
+    for _ in range(rounds):
+        for k, (fn, args) in enumerate(cases):
+            t0 = time.perf_counter()
+            results[k] = fn(*args)
+            took = time.perf_counter() - t0
+            best[k] = took if best[k] is None else min(best[k], took)
+    return list(zip(results, best, strict=True))
 
 
 def verdict(ratio: float) -> str:
@@ -75,9 +79,9 @@ def bench_cycle() -> None:
     root = OrgTree({"org": None}, {q.team: "org" for q in flat.quotas})
     one_root = dataclasses.replace(flat, org_tree=root)
     nested = dataclasses.replace(flat, unit_quotas=units.rows, org_tree=units.tree)
-    d_flat, t_flat = best_of(3, schedule, flat, "fairshare")
-    d_root, t_root = best_of(3, schedule, one_root, "fairshare")
-    d_units, t_units = best_of(3, schedule, nested, "fairshare")
+    (d_flat, t_flat), (d_root, t_root), (d_units, t_units) = interleaved(
+        5, [(schedule, (state, "fairshare")) for state in (flat, one_root, nested)]
+    )
     print(f"(a) one cycle: {len(flat.queued):,} queued jobs, {len(flat.gpus):,} GPUs, 20 teams")
     print(
         f"  flat teams (baseline):       {t_flat * 1000:8.1f} ms  placed {len(d_flat.placements)}"
@@ -104,8 +108,13 @@ def bench_replay(jobs_count: int) -> None:
     teams = sorted({j.team for j in jobs})
     quotas = default_quotas(gpus, teams)
     units = in_units(quotas)
-    flat, t_flat = best_of(1, simulate, jobs, gpus, quotas, "fairshare")
-    nested, t_units = best_of(1, simulate, jobs, gpus, quotas, "fairshare", units=units)
+    (flat, t_flat), (nested, t_units) = interleaved(
+        2,
+        [
+            (simulate, (jobs, gpus, quotas, "fairshare")),
+            (lambda *a: simulate(*a, units=units), (jobs, gpus, quotas, "fairshare")),
+        ],
+    )
     print(f"(b) replay: {len(jobs):,} jobs, {len(gpus)} GPUs, {len(teams)} teams in {UNITS} units")
     print(f"  flat teams (baseline): {t_flat:7.2f} s  avg wait {flat.avg_wait / 60:.1f} min")
     print(f"  in units, with rows:   {t_units:7.2f} s  avg wait {nested.avg_wait / 60:.1f} min")

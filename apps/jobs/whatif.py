@@ -224,7 +224,7 @@ def what_if(
 
 def org_units() -> OrgUnits:
     """The organisation units as the replays take them: the units' quota rows (which the
-    proposal leaves as they are) and the tree, units by id, teams by slug."""
+    proposal leaves as they are) and the tree, units and teams by slug."""
     rows, tree = unit_quota_rows()
     return OrgUnits(rows, tree or quota_org_tree())
 
@@ -232,12 +232,12 @@ def org_units() -> OrgUnits:
 def unit_rows(before: TeamMetrics, after: TeamMetrics) -> list[dict]:
     """Per unit (by path, root first) the guarantee wait and sharing incentive of all its
     teams together, under the current quotas and the proposal (hours)."""
-    labels = dict(OrgUnit.objects.values_list("pk", "name"))
+    labels = dict(OrgUnit.objects.values_list("slug", "name"))
     tree = quota_org_tree()
     rows = []
     for key in before.units.keys() | after.units.keys():
         b, a = before.units.get(key), after.units.get(key)
-        row = {"unit": " / ".join(labels.get(u, str(u)) for u in tree.path(int(key)))}
+        row = {"unit": " / ".join(labels.get(u, str(u)) for u in tree.path(key))}
         for label, o in (("before", b), ("after", a)):
             row[f"jobs_{label}"] = o.jobs if o else 0
             row[f"guarantee_wait_p50_{label}_h"] = o.guarantee_wait_p50 / 3600 if o else 0.0

@@ -100,8 +100,8 @@ def _locked_quotas(team: Team, gpu_model: GpuModel) -> list[Quota]:
     )
 
 
-def _unit_label(unit_id: int) -> str:
-    return unit_path_label(OrgUnit.objects.get(pk=unit_id))
+def _unit_label(slug: str) -> str:
+    return unit_path_label(OrgUnit.objects.get(slug=slug))
 
 
 def check_quota(

@@ -95,18 +95,18 @@ def unit_quota_rows(
     *, gpu_model: GpuModel | None = None, lock: bool = False
 ) -> tuple[list[UnitQuotaRow], OrgTree | None]:
     """The units' quota rows (of ``gpu_model`` and the any-model ones, when given) and the
-    tree the quota rule walks (units by id, teams by slug, as quota rows name them): read once
+    tree the quota rule walks (units and teams by slug, as quota rows name them): read once
     per request. ``lock`` takes the rows FOR UPDATE (booking admission: racing bookings of
     teams below one unit queue up here). No unit rows: ``([], None)``, the flat rule, in one
     query."""
-    rows = UnitQuota.objects.select_related("gpu_model").order_by("id")
+    rows = UnitQuota.objects.select_related("unit", "gpu_model").order_by("id")
     if gpu_model is not None:
         rows = rows.filter(Q(gpu_model=gpu_model) | Q(gpu_model__isnull=True))
     if lock:
         rows = rows.select_for_update(of=("self",))
     found = [
         UnitQuotaRow(
-            row.unit_id, row.gpu_model.name if row.gpu_model else None, row.guaranteed, row.limit
+            row.unit.slug, row.gpu_model.name if row.gpu_model else None, row.guaranteed, row.limit
         )
         for row in rows
     ]
@@ -116,11 +116,11 @@ def unit_quota_rows(
 
 
 def quota_org_tree() -> OrgTree:
-    """The organisation tree as the quota rule and the scheduler name it: units by id, teams
-    by slug."""
+    """The organisation tree as the quota rule and the scheduler name it: units and teams by
+    slug (what the scheduler's messages show)."""
     return OrgTree(
-        dict(OrgUnit.objects.values_list("pk", "parent_id")),
-        dict(Team.objects.values_list("slug", "unit_id")),
+        dict(OrgUnit.objects.values_list("slug", "parent__slug")),
+        dict(Team.objects.values_list("slug", "unit__slug")),
     )
 
 

@@ -328,12 +328,8 @@ def test_state_carries_the_units_quota_rows_and_the_tree(platform_admin, h100):
     units = org["units"]
     state = dispatch.build_state(now=timezone.now())
     assert set(state.unit_quotas) == {
-        UnitQuotaRow(units["research"].pk, h100.name, 6, 10),
-        UnitQuotaRow(units["lab"].pk, h100.name, 3, 6),
+        UnitQuotaRow("research", h100.name, 6, 10),
+        UnitQuotaRow("lab", h100.name, 3, 6),
     }
-    assert state.org_tree.team_path("cv") == [
-        units["root"].pk,
-        units["research"].pk,
-        units["lab"].pk,
-    ]
-    assert state.org_tree.teams_under(units["research"].pk) == {"nlp", "cv"}
+    assert state.org_tree.team_path("cv") == [units["root"].slug, "research", "lab"]
+    assert state.org_tree.teams_under("research") == {"nlp", "cv"}

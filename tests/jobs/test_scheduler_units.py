@@ -7,6 +7,7 @@ from __future__ import annotations
 from apps.jobs.scheduler import schedule
 from apps.jobs.scheduler.state import (
     ClusterState,
+    PendingReason,
     GpuInfo,
     PriorityClass,
     QueuedJob,
@@ -126,3 +127,15 @@ def test_a_siblings_booking_ahead_counts_in_the_units_limit_over_a_jobs_run():
     # without the unit row the long job starts
     state = ClusterState(NOW, gpus(8), [long_job], [], booked, QUOTAS, org_tree=TREE)
     assert placed(schedule(state)) == {1}
+
+
+def test_a_job_waiting_for_its_units_limit_says_so():
+    unit_quotas = [UnitQuotaRow("lab", A, 2, 3)]
+    run = [borrowing(10, "zeta", [0, 1, 2], NOW - 60)]
+    decision = schedule(state([queued(4, "zeta", count=1)], run, unit_quotas=unit_quotas))
+    (pending,) = decision.pending
+    assert pending.reason == PendingReason.QUOTA_REACHED
+    assert pending.message == (
+        "The teams of unit lab hold 3 of its quota of 3 A100 GPUs together; the job needs 1 "
+        "beyond team zeta's guarantee."
+    )

@@ -58,7 +58,7 @@ def test_guaranteed_gpus_pass_a_full_unit(org, h100, tomorrow_9):
         team=org["teams"]["cv"], gpu_model=h100, count=1, start=tomorrow_9,
         end=tomorrow_9 + timedelta(hours=1),
     )  # fmt: skip
-    assert not verdict.admitted and verdict.refused_by.unit == org["units"]["research"].pk
+    assert not verdict.admitted and verdict.refused_by.unit == "research"
 
 
 def test_a_teams_free_capacity_counts_its_units_other_teams(org, h100, tomorrow_9):

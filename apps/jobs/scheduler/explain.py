@@ -172,6 +172,8 @@ class ExplainMixin:
                     f"it is guaranteed; the job needs {job.gpu_count}."
                 )
             return PendingReason.QUOTA_REACHED, message
+        if held + job.gpu_count <= row.limit and (unit := self._unit_reason(job, model)):
+            return PendingReason.QUOTA_REACHED, unit
         if held >= row.limit:
             message = f"Team {job.team} is at its quota of {gpu_count(row.limit, scope)}."
         else:
@@ -180,6 +182,21 @@ class ExplainMixin:
                 f"the job needs {job.gpu_count}."
             )
         return PendingReason.QUOTA_REACHED, message
+
+    def _unit_reason(self, job: QueuedJob, model: str) -> str | None:
+        """When the team's own rows leave room, the unit whose limit the job's borrowed GPUs
+        would pass (the tightest), in a sentence; None without one."""
+        used = self.quotas.unit_used
+        rows = self.quotas.rule.unit_rows_for(job.team, model)
+        if not rows:
+            return None
+        row = min(rows, key=lambda r: r.limit - used.get((r.unit, r.model), 0))
+        held = used.get((row.unit, row.model), 0)
+        return (
+            f"The teams of unit {row.unit} hold {held} of its quota of "
+            f"{gpu_count(row.limit, row.model)} together; the job needs {job.gpu_count} "
+            f"beyond team {job.team}'s guarantee."
+        )
 
     def _ceiling(self, team: str, model: str, guaranteed_only: bool) -> int:
         """The most GPUs of ``model`` one job of the team may ever get: its guarantee in the
