@@ -7,8 +7,8 @@ from __future__ import annotations
 from apps.jobs.scheduler import schedule
 from apps.jobs.scheduler.state import (
     ClusterState,
-    PendingReason,
     GpuInfo,
+    PendingReason,
     PriorityClass,
     QueuedJob,
     RunningJob,
