@@ -8,7 +8,7 @@ import plotly.graph_objects as go
 
 from apps.billing.selectors import price_per_gpu_hour
 from apps.dashboards import selectors
-from apps.dashboards.selectors import UNALLOCATED, Filters
+from apps.dashboards.selectors import POWERED_DOWN, UNALLOCATED, Filters
 from apps.telemetry.activity import activity_of
 from apps.telemetry.choices import ActivitySignal
 from portal.plotting import GREY, LAYOUT, PALETTE, TIME_AXIS, figure_json  # noqa: F401
@@ -17,12 +17,13 @@ from portal.plotting import GREY, LAYOUT, PALETTE, TIME_AXIS, figure_json  # noq
 # quickly and works where WebGL does not (virtual desktops, browsers without GPU acceleration),
 # so WebGL is kept for the long per-GPU series only.
 GL_POINTS = 5000
-STATE_ORDER = ["busy", "held_idle", UNALLOCATED, "held_other", "unhealthy"]
+STATE_ORDER = ["busy", "held_idle", UNALLOCATED, "held_other", POWERED_DOWN, "unhealthy"]
 STATE_LABELS = {
     "busy": "Busy",
     "held_idle": "Held, idle",
     UNALLOCATED: "Unallocated (free)",
     "held_other": "Held by another team",
+    POWERED_DOWN: "Powered down (saving energy)",
     "unhealthy": "Unhealthy or drained",
 }
 SIGNAL_LABELS = {
@@ -34,6 +35,7 @@ STATE_COLOURS = {
     "held_idle": "#E69F00",
     UNALLOCATED: "#56B4E9",
     "held_other": "#CC79A7",
+    POWERED_DOWN: "#000000",
     "unhealthy": "#D55E00",
 }
 
@@ -163,6 +165,7 @@ def idle(filters: Filters) -> dict:
         z[row][col] = codes[s["state"]]
         text[row][col] = (
             f"{s['node']}/gpu{s['index']} {s['model']}: {STATE_LABELS[s['state']]}"
+            + (f", node {s['power']}" if s["power"] else "")
             + (f" ({s['team']})" if s["team"] else "")
             + (f", judged on {SIGNAL_LABELS[s['signal']]}" if s["signal"] else "")
         )

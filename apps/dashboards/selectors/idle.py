@@ -9,6 +9,7 @@ from django.utils import timezone
 from apps.dashboards.selectors.filters import MAX_POINTS, UNALLOCATED, Filters, floor_to_step
 from apps.fleet.choices import GpuHealth, GpuStatus, NodeStatus
 from apps.fleet.models import Gpu, GpuModel
+from apps.fleet.transitions import POWERED_DOWN_STATES
 from apps.jobs.holdings import allocations_holding_at
 from apps.reservations.choices import ReservationStatus
 from apps.reservations.holdings import bookings_holding_at
@@ -18,6 +19,8 @@ from apps.telemetry.activity import busy_minute_q, window_signal
 from apps.telemetry.choices import IdleKind
 from apps.telemetry.models import GpuMinuteRollup
 from apps.telemetry.selectors import idle_hours_by_step
+
+POWERED_DOWN = "powered_down"
 
 
 def idle_hours(filters: Filters) -> dict:
@@ -83,8 +86,11 @@ def reclaimed(filters: Filters) -> list[Reservation]:
 
 
 def gpu_states_now(filters: Filters, *, now: datetime | None = None) -> list[dict]:
-    """Every GPU (no MIG devices) with its state now: unhealthy, busy, held_idle, unallocated,
-    and the signal that state is judged on (`signal`: sm_active, util, or "" without telemetry).
+    """Every GPU (no MIG devices) with its state now: unhealthy, powered_down, busy, held_idle,
+    unallocated, and the signal that state is judged on (`signal`: sm_active, util, or ""
+    without telemetry). A GPU whose node is powered down to save energy (fleet's
+    `POWERED_DOWN_STATES`: not schedulable now, though it can be woken) is `powered_down`, not
+    idle and not free capacity, with the node's power state in `power`.
     Held means an open booking or a running job of one of the user's visible teams holds it;
     GPUs held by teams the user cannot see show as `held_other`. A GPU nobody holds is
     unallocated whatever its telemetry says: busy and idle describe what a holder does with
@@ -118,6 +124,8 @@ def gpu_states_now(filters: Filters, *, now: datetime | None = None) -> list[dic
             or gpu.node.status != NodeStatus.UP
         ):
             state = "unhealthy"
+        elif gpu.node.power_state in POWERED_DOWN_STATES:
+            state = POWERED_DOWN
         elif team_id is not None and team_id not in visible:
             state = "held_other"
         elif team_id is None:
@@ -135,9 +143,17 @@ def gpu_states_now(filters: Filters, *, now: datetime | None = None) -> list[dic
                 "state": state,
                 "team": slugs.get(team_id, ""),
                 "signal": _signal(activity.get(gpu.pk)),
+                "power": gpu.node.get_power_state_display().lower()
+                if state == POWERED_DOWN
+                else "",
             }
         )
     return result
+
+
+def _power(node) -> str:
+    """The powered-down node's power state as the fleet page words it (off, resuming, ...)."""
+    return node.get_power_state_display().lower()
 
 
 def _signal(recent: dict | None) -> str:
