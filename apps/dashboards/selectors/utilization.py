@@ -7,6 +7,7 @@ from datetime import datetime, timedelta
 from django.db import connection
 from django.db.models import Count, DateTimeField, Func, Q, Sum, Value
 
+from apps.billing.energy import powered_off_spans
 from apps.dashboards.selectors.filters import (
     UNALLOCATED,
     Filters,
@@ -81,18 +82,55 @@ def _integrate(events: list[tuple[float, int]], edges: list[float]) -> list[floa
     return out
 
 
+def _powered_off_unheld(filters: Filters, fleet_ids: set[int]) -> list[tuple[float, int]]:
+    """Events (epoch, +1 or -1) of the fleet's GPUs powered down to save energy and held by
+    no booking or job, within the window: capacity that is neither allocated nor free, which
+    the chargeback charges to no one (`billing.energy.powered_off_spans`, the spans metering
+    leaves out). Time a holding overlaps a powered-down span is the holder's already."""
+    spans = [
+        (gpu_id, start, end)
+        for gpu_id, start, end in powered_off_spans(filters.start, filters.end)
+        if gpu_id in fleet_ids
+    ]
+    if not spans:
+        return []
+    off_ids = {gpu_id for gpu_id, _, _ in spans}
+    held: dict[int, list[tuple[float, float]]] = defaultdict(list)
+    for holdings in (
+        bookings_holding(filters.start, filters.end, gpu_ids=off_ids),
+        allocations_holding(filters.start, filters.end, gpu_ids=off_ids, outside_bookings=True),
+    ):
+        for gpu_id, start, end in holdings.values_list("gpu_id", "start", "end"):
+            held[gpu_id].append((start.timestamp(), (end or filters.end).timestamp()))
+    events = []
+    for gpu_id, start, end in spans:
+        cursor = start
+        for held_start, held_end in sorted(held[gpu_id]):
+            if held_start >= end:
+                break
+            if held_start > cursor:
+                events += ((cursor, 1), (held_start, -1))
+            cursor = max(cursor, held_end)
+        if cursor < end:
+            events += ((cursor, 1), (end, -1))
+    return events
+
+
 def allocated_series(filters: Filters, times: list[datetime], step: timedelta) -> dict:
     """Average GPUs allocated per team over each step, from bookings and jobs (not telemetry),
     so every range and bucket size gives the same answer for the same time: the value of an
     hour is the mean of its minutes. Those who see all teams also get `UNALLOCATED`: the rest
-    of the fleet (GPUs neither retired nor MIG slices), as the chargeback counts it."""
+    of the fleet (GPUs neither retired nor MIG slices) less its powered-down GPUs nobody
+    holds, as the chargeback counts it: a GPU powered down to save energy is not free
+    capacity."""
     if not times:
         return {}
     with_pool = filters.sees_all and not filters.narrowed
     fleet = Gpu.objects.filter(mig_parent__isnull=True).exclude(status=GpuStatus.RETIRED)
     if filters.gpu_model:
         fleet = fleet.filter(model=filters.gpu_model)
-    fleet_size = fleet.count()
+    fleet_ids = set(fleet.values_list("id", flat=True))
+    fleet_size = len(fleet_ids)
     visible = set(filters.team_ids)
     events: dict[int | None, list] = defaultdict(list)  # team id, or None: the fleet's GPUs
     for start, end, team_id, n, fleet_n in _uses(filters, all_teams=with_pool):
@@ -110,7 +148,8 @@ def allocated_series(filters: Filters, times: list[datetime], step: timedelta) -
         seconds = _integrate(team_events, edges)
         result[slugs[team_id]] = {t: seconds[i] / covered[i] for i, t in enumerate(times)}
     if with_pool and fleet_size:
-        held = _integrate(events.get(None, []), edges)
+        unavailable = events.get(None, []) + _powered_off_unheld(filters, fleet_ids)
+        held = _integrate(unavailable, edges)
         result[UNALLOCATED] = {
             t: max(0.0, fleet_size - held[i] / covered[i]) for i, t in enumerate(times)
         }
