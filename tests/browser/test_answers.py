@@ -1,6 +1,6 @@
 """What the portal answers where it used to answer wrongly: the idle dashboard's state of a
-GPU nobody holds, the booking form's errors and suggestions, a moved or stranded booking, and
-a job larger than its team's guarantee."""
+GPU nobody holds and of a powered-down node's GPUs, the booking form's errors and suggestions,
+a moved or stranded booking, and a job larger than its team's guarantee."""
 
 import re
 from datetime import UTC, datetime, timedelta
@@ -9,7 +9,8 @@ import pytest
 from django.utils import timezone
 from playwright.sync_api import expect
 
-from apps.fleet.models import Gpu
+from apps.fleet.choices import PowerState
+from apps.fleet.models import Gpu, Node
 from apps.teams.models import Quota
 from apps.telemetry.models import GpuMinuteRollup
 from tests.browser.conftest import DEFAULT_TIMEOUT_MS, login
@@ -54,6 +55,20 @@ def test_idle_dashboard_shows_a_gpu_nobody_holds_as_unallocated(login_as):
     counts = page.get_by_test_id("state-counts")
     expect(counts).to_contain_text("Busy: 0")
     expect(counts).to_contain_text("Unallocated (free):")
+
+
+def test_idle_dashboard_shows_a_powered_down_node_as_powered_down(login_as):
+    gpu = Gpu.objects.filter(mig_parent__isnull=True).order_by("node__hostname", "index").first()
+    Node.objects.filter(pk=gpu.node_id).update(power_state=PowerState.OFF)
+    powered_down = Gpu.objects.filter(node=gpu.node_id, mig_parent__isnull=True).count()
+    page = login_as("admin")
+    page.goto("/dashboards/idle/?range=24h")
+    page.get_by_text("Every GPU (links)").click()
+    cell = page.locator(f"li[data-gpu='{gpu.node.hostname}/gpu{gpu.index}']")
+    expect(cell.locator("[data-state]")).to_have_text("Powered down (saving energy)")
+    expect(cell.locator("[data-power]")).to_have_text("· node off")
+    counts = page.get_by_test_id("state-counts")
+    expect(counts).to_contain_text(f"Powered down (saving energy): {powered_down}")
 
 
 def _fill_booking(page, *, start: str, hours: str) -> None:
