@@ -14,12 +14,10 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from apps.billing import exports, focus, pricing, selectors, services
-from apps.billing.choices import Enforcement, ExportFormat, is_showback
+from apps.billing.choices import ExportFormat, is_showback
 from apps.billing.models import (
     Adjustment,
     BillingPeriod,
-    Budget,
-    BudgetAlert,
     LedgerEntry,
     RateCard,
 )
@@ -189,73 +187,9 @@ class AdjustmentViewSet(
         )
 
 
-class BudgetAlertSerializer(serializers.ModelSerializer):
-    class Meta:
-        model = BudgetAlert
-        fields = ["kind", "threshold", "spent", "exceeds_on", "message", "created_at"]
-
-
-class BudgetSerializer(RefuseUnknownFieldsMixin, serializers.ModelSerializer):
-    team = serializers.SlugRelatedField(slug_field="slug", queryset=Team.objects.all())
-    period = serializers.RegexField(r"^\d{4}-\d{2}$", help_text="YYYY-MM")
-    amount = serializers.DecimalField(max_digits=14, decimal_places=2, min_value=0)
-    enforcement = serializers.ChoiceField(choices=Enforcement.choices, default=Enforcement.ALERT)
-    alerts = BudgetAlertSerializer(many=True, read_only=True)
-    burn_down = serializers.SerializerMethodField()
-
-    class Meta:
-        model = Budget
-        fields = ["id", "team", "period", "amount", "enforcement", "alerts", "burn_down"]
-        validators = []  # setting a budget again replaces it
-
-    def to_representation(self, instance):
-        data = super().to_representation(instance)
-        data["period"] = f"{instance.period.month:%Y-%m}"
-        return data
-
-    def get_burn_down(self, obj) -> dict:
-        state = selectors.burn_down(team=obj.team, period=obj.period, now=timezone.now())
-        return decimals_as_strings(state)
-
-
 def decimals_as_strings(values: dict) -> dict:
     """Money and quantities leave as exact strings, never as JSON floats."""
     return {k: str(v) if isinstance(v, Decimal) else v for k, v in values.items()}
-
-
-class BudgetViewSet(
-    mixins.ListModelMixin,
-    mixins.RetrieveModelMixin,
-    mixins.CreateModelMixin,
-    viewsets.GenericViewSet,
-):
-    """Team budgets per month with their alerts and burn-down. Members read their teams';
-    finance and platform admins read all and set them (POST replaces that team's month), for
-    any open month up to 12 months ahead: a `block` budget refuses bookings in its month."""
-
-    serializer_class = BudgetSerializer
-    permission_classes = [BillingAdminWrites]
-    filterset_fields = ["team__slug", "enforcement"]
-
-    def get_queryset(self):
-        return (
-            Budget.objects.for_user(self.request.user)
-            .select_related("team", "period")
-            .prefetch_related("alerts")
-        )
-
-    def perform_create(self, serializer):
-        data = serializer.validated_data
-        month = parse_period(
-            data["period"], now=timezone.now(), months_ahead=services.BUDGET_MONTHS_AHEAD
-        )
-        serializer.instance = services.budget_set(
-            actor=self.request.user,
-            team=data["team"],
-            period=services.period_get_or_create(month),
-            amount=data["amount"],
-            enforcement=data["enforcement"],
-        )
 
 
 PERIOD_PARAM = OpenApiParameter("period", str, description="Month, YYYY-MM (default: this one).")

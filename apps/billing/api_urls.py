@@ -5,11 +5,12 @@ from apps.billing.api import (
     AdjustmentViewSet,
     BillingPeriodViewSet,
     BookingPriceView,
-    BudgetViewSet,
     ChargebackView,
     RateCardViewSet,
     UsageView,
 )
+from apps.billing.api_budgets import BudgetViewSet
+from apps.billing.api_units import UnitChargebackView
 
 router = SimpleRouter()
 router.register("rate-cards", RateCardViewSet, basename="rate-card")
@@ -19,6 +20,7 @@ router.register("budgets", BudgetViewSet, basename="budget")
 
 urlpatterns = [
     path("chargeback/", ChargebackView.as_view(), name="chargeback"),
+    path("chargeback/units/", UnitChargebackView.as_view(), name="chargeback-units"),
     path("usage/", UsageView.as_view(), name="usage"),
     path("booking-price/", BookingPriceView.as_view(), name="booking-price"),
     *router.urls,

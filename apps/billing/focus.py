@@ -46,6 +46,7 @@ from apps.billing.exports import (
 )
 from apps.billing.invoices import invoice_id
 from apps.billing.periods import month_bounds
+from apps.billing.units import NO_UNIT, focus_tags, team_unit_columns
 from apps.fleet.models import Gpu
 
 FOCUS_1_2 = "1.2"
@@ -79,7 +80,7 @@ _NEW_IN_1_3 = [
 _OWN = [
     "x_BusyGpuHours", "x_IdleGpuHours", "x_EnergyKwh", "x_ReservationId", "x_JobId",
     "x_OverQuota", "x_Draft", "x_LineType", "x_BusyCost", "x_HeldIdleCost", "x_OverQuotaCost",
-    "x_EnergyCost", "x_PoweredOffGpuHours", "x_EnergySavedKwh",
+    "x_EnergyCost", "x_PoweredOffGpuHours", "x_EnergySavedKwh", "x_UnitPath",
 ]  # fmt: skip
 FOCUS_COLUMNS = {
     FOCUS_1_2: [*_COMMON, *_OWN],
@@ -168,10 +169,11 @@ class _Context:
         self.provider = settings.BILLING_PROVIDER_NAME
         self.currency = settings.BILLING_CURRENCY
         self.draft = flag(scope.draft)
+        self.units = team_unit_columns()  # team id -> unit path and cost centre
         self.billing_start = focus_time(period_start)
         self.billing_end = focus_time(period_end)
         self.invoice_ids = _Cached(lambda sub_account: invoice_id(scope.period, sub_account))
-        self.tags = _Cached(lambda cost_center: json.dumps({"cost_center": cost_center}))
+        self.tags = _Cached(lambda cost_center, team: focus_tags(self.units, cost_center, team))
         self.allocated_tags = _Cached(_allocated_tags)
         # The columns every row of this export has alike.
         provider = self.provider
@@ -300,7 +302,8 @@ def _base_row(context: _Context, line: dict) -> dict:
         "SubAccountId": line["sub_account"],
         "SubAccountName": line["team__name"] or "Platform (unallocated capacity)",
         "SubAccountType": "Team" if line["team_id"] else "Platform",
-        "Tags": context.tags[line["team__cost_center"] or line["sub_account"]],
+        "Tags": context.tags[line["team__cost_center"] or line["sub_account"], line["team_id"]],
+        "x_UnitPath": context.units.get(line["team_id"], NO_UNIT)["unit_path"] or None,
         "x_BusyGpuHours": gpu_hours(line["sum_busy_seconds"]),
         "x_IdleGpuHours": gpu_hours(idle_seconds),
         "x_EnergyKwh": line["sum_energy_kwh"],

@@ -2,7 +2,7 @@ from django import forms
 
 from apps.billing.choices import Enforcement
 from apps.fleet.models import GpuModel
-from apps.teams.models import Team
+from apps.teams.models import OrgUnit, Team
 from portal.timezones import ZonedDateTimeField
 
 
@@ -29,9 +29,23 @@ class RateCardEndForm(forms.Form):
 
 
 class BudgetForm(forms.Form):
-    team = forms.ModelChoiceField(Team.objects.filter(is_active=True), to_field_name="slug")
+    team = forms.ModelChoiceField(
+        Team.objects.filter(is_active=True), to_field_name="slug", required=False
+    )
+    unit = forms.ModelChoiceField(
+        OrgUnit.objects.all(),
+        to_field_name="slug",
+        required=False,
+        help_text="Instead of a team: the unit's budget covers every team below it.",
+    )
     amount = forms.DecimalField(min_value=0, max_digits=14, decimal_places=2)
     enforcement = forms.ChoiceField(choices=Enforcement.choices)
+
+    def clean(self):
+        data = super().clean()
+        if bool(data.get("team")) == bool(data.get("unit")):
+            raise forms.ValidationError("Choose either a team or a unit.")
+        return data
 
 
 class AdjustmentForm(forms.Form):

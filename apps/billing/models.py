@@ -6,7 +6,7 @@ from django.db import models
 from django.db.models import F, Q
 
 from apps.billing.choices import ChargeSource, Enforcement, PeriodStatus, RecoveryMethod
-from apps.teams.models import TeamOwnedQuerySet
+from apps.teams.models import Team, managed_units
 
 MONEY = {"max_digits": 14, "decimal_places": 2}
 # Ledger cost keeps full precision; only exported lines are rounded to cents (see exports.py).
@@ -189,8 +189,30 @@ class Adjustment(models.Model):
         return f"{self.team} {self.amount} ({self.period})"
 
 
+class BudgetQuerySet(models.QuerySet):
+    def for_user(self, user) -> "BudgetQuerySet":
+        """Budgets the user may see: all for finance and platform admins; else those of the
+        teams they see (their own and every team below a unit they administer) and of the units
+        they administer and every unit below."""
+        if not user.is_authenticated or not user.is_active:
+            return self.none()
+        if user.sees_all_teams:
+            return self
+        return self.filter(
+            Q(team__in=Team.objects.for_user(user)) | Q(unit_id__in=managed_units(user))
+        )
+
+
 class Budget(models.Model):
-    team = models.ForeignKey("teams.Team", on_delete=models.CASCADE, related_name="budgets")
+    """A month's budget of one team, or of one organisation unit (covering the spend of every
+    team below it); exactly one of the two is set."""
+
+    team = models.ForeignKey(
+        "teams.Team", null=True, blank=True, on_delete=models.CASCADE, related_name="budgets"
+    )
+    unit = models.ForeignKey(
+        "teams.OrgUnit", null=True, blank=True, on_delete=models.CASCADE, related_name="budgets"
+    )
     period = models.ForeignKey(BillingPeriod, on_delete=models.PROTECT, related_name="budgets")
     amount = models.DecimalField(**MONEY, validators=[MinValueValidator(Decimal(0))])
     enforcement = models.CharField(
@@ -198,12 +220,19 @@ class Budget(models.Model):
     )
     updated_at = models.DateTimeField(auto_now=True)
 
-    objects = TeamOwnedQuerySet.as_manager()
+    objects = BudgetQuerySet.as_manager()
 
     class Meta:
-        ordering = ["-period__month", "team__slug"]
+        ordering = ["-period__month", "unit__slug", "team__slug"]
         constraints = [
             models.UniqueConstraint(fields=["team", "period"], name="budget_unique_team_period"),
+            models.UniqueConstraint(fields=["unit", "period"], name="budget_unique_unit_period"),
+            models.CheckConstraint(
+                condition=Q(team__isnull=False, unit__isnull=True)
+                | Q(team__isnull=True, unit__isnull=False),
+                name="budget_team_or_unit",
+                violation_error_message="A budget belongs to either a team or a unit.",
+            ),
             models.CheckConstraint(
                 condition=Q(amount__gte=0),
                 name="budget_amount_not_negative",
@@ -212,7 +241,12 @@ class Budget(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.team} {self.period}: {self.amount}"
+        return f"{self.owner} {self.period}: {self.amount}"
+
+    @property
+    def owner(self):
+        """The team or the unit the budget belongs to."""
+        return self.team if self.team_id else self.unit
 
 
 class BudgetAlert(models.Model):

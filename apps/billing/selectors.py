@@ -4,6 +4,7 @@ from datetime import date, datetime, timedelta
 from decimal import Decimal
 
 from django.db.models import Q, QuerySet
+from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
 from apps.billing.choices import ChargeSource
@@ -12,6 +13,8 @@ from apps.billing.money import ExactSum
 from apps.billing.periods import add_months, month_bounds
 from apps.billing.pricing import RateBook, energy_per_gpu_hour, price_holding
 from apps.reservations.holdings import bookings_holding
+from apps.teams.org_tree import OrgTree
+from apps.teams.selectors import org_tree
 
 
 def rate_cards_in_force(*, start: datetime, end: datetime) -> QuerySet[RateCard]:
@@ -68,6 +71,56 @@ def budget_for(*, team, period: BillingPeriod | None) -> Budget | None:
     if period is None:
         return None
     return Budget.objects.filter(team=team, period_id=period.pk).first()
+
+
+# The unit and every unit above it, as a subquery (the depth bound stops a cycle, which the
+# services refuse anyway, from looping).
+UNIT_ANCESTORS_SQL = """
+WITH RECURSIVE up(id, parent_id, depth) AS (
+    SELECT id, parent_id, 0 FROM teams_orgunit WHERE id = %s
+    UNION
+    SELECT u.id, u.parent_id, up.depth + 1 FROM teams_orgunit u JOIN up ON u.id = up.parent_id
+    WHERE up.depth < 64
+) SELECT id FROM up"""
+
+
+def budgets_on_path(*, team, period: BillingPeriod | None) -> list[Budget]:
+    """The month's budgets that cover the team: its own, its unit's and each ancestor unit's
+    (one query; the booking path runs it on every booking)."""
+    if period is None:
+        return []
+    above = Q(team_id=team.pk)
+    if team.unit_id:
+        ancestors = RawSQL(UNIT_ANCESTORS_SQL, [team.unit_id])  # noqa: S611 - constant SQL
+        above |= Q(unit_id__in=ancestors)
+    found = Budget.objects.filter(above, period_id=period.pk).order_by()
+    return list(found.select_related("team", "unit", "period"))
+
+
+def nearest_first(budgets: list[Budget], *, team, tree: OrgTree) -> list[Budget]:
+    """The team's own budget first, then its unit's, then each ancestor's up to the root."""
+    rank = {pk: depth for depth, pk in enumerate(tree.ancestors(team.unit_id), start=1)}
+    return sorted(budgets, key=lambda b: 0 if b.team_id else rank.get(b.unit_id, len(rank) + 1))
+
+
+def budget_team_ids(budget: Budget, *, tree: OrgTree | None = None) -> list[int]:
+    """The teams whose spend a budget covers: its team, or every team below its unit."""
+    if budget.team_id:
+        return [budget.team_id]
+    return sorted((tree or org_tree()).teams_under(budget.unit_id))
+
+
+def teams_spend(*, team_ids, period: BillingPeriod | None) -> Decimal:
+    """Everything charged to these teams together in the period so far (exact)."""
+    if period is None:
+        return Decimal(0)
+    rows = ledger_for_period(period).filter(team_id__in=list(team_ids))
+    return rows.aggregate(total=ExactSum("cost"))["total"] or Decimal(0)
+
+
+def budget_spend(budget: Budget, *, tree: OrgTree | None = None) -> Decimal:
+    """What the budget's team, or all the teams below its unit, have been charged so far."""
+    return teams_spend(team_ids=budget_team_ids(budget, tree=tree), period=budget.period)
 
 
 def budget_alerts_for_teams(team_ids) -> QuerySet[BudgetAlert]:
@@ -134,14 +187,15 @@ def team_total_all(period: BillingPeriod) -> Decimal:
     return ledger_for_period(period).aggregate(t=ExactSum("cost"))["t"] or Decimal(0)
 
 
-def booked_cost(*, team, period: BillingPeriod, now: datetime) -> Decimal:
-    """What the team's bookings will cost in the period from now on (not yet metered); for a
-    month still ahead, only their part in that month."""
+def booked_cost(*, team=None, team_ids=None, period: BillingPeriod, now: datetime) -> Decimal:
+    """What the team's (or these teams') bookings will cost in the period from now on (not yet
+    metered); for a month still ahead, only their part in that month."""
     period_start, period_end = month_bounds(period.month)
     since = max(now, period_start)
+    ids = [team.pk] if team is not None else list(team_ids)
     holdings = (
         bookings_holding(since, period_end)
-        .filter(reservation__team=team)
+        .filter(reservation__team_id__in=ids)
         .select_related("gpu__model")
     )
     rates = RateBook(start=since, end=period_end)

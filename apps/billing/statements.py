@@ -25,6 +25,7 @@ from apps.billing.exports.query import rounded_groups
 from apps.billing.invoices import invoice_id
 from apps.billing.models import Adjustment, BillingPeriod, Budget
 from apps.billing.periods import month_bounds
+from apps.billing.units import NO_UNIT, team_unit_columns
 from apps.teams.models import Team
 
 
@@ -75,6 +76,8 @@ class Statement:
     adjustments: list[StatementAdjustment] = field(default_factory=list)
     budget: Budget | None = None
     currency: str = ""
+    # The team's unit ("Organisation / Research") and its cost centre (`units.team_unit_columns`)
+    unit: dict = field(default_factory=dict)
     # The fleet's GPU-hours powered down this month and the energy and money that saved
     # (`fleet_powered_off`); None when no node was
     powered_off: dict | None = None
@@ -155,7 +158,13 @@ def team_statements(period: BillingPeriod, teams: Iterable | None = None) -> lis
 
 def _build(period: BillingPeriod, teams: list, *, team_id: int | None) -> list[Statement]:
     currency = settings.BILLING_CURRENCY
-    by_team = {team.pk: Statement(period=period, team=team, currency=currency) for team in teams}
+    units = team_unit_columns()
+    by_team = {
+        team.pk: Statement(
+            period=period, team=team, currency=currency, unit=units.get(team.pk, NO_UNIT)
+        )
+        for team in teams
+    }
     if period.pk is None:
         return list(by_team.values())
     powered_off = fleet_powered_off(period)

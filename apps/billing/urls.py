@@ -8,6 +8,7 @@ app_name = "billing"
 
 urlpatterns = [
     path("", views.chargeback_view, name="chargeback"),
+    path("units/", views.unit_chargeback_view, name="chargeback-units"),
     path("rate-cards/", views.rate_cards_view, name="rate-cards"),
     path("budgets/", views.budgets_view, name="budgets"),
     path("cost/", views.cost_dashboard_view, name="cost"),

@@ -16,6 +16,7 @@ from apps.billing.models import Adjustment, BillingPeriod, RateCard
 from apps.billing.periods import month_bounds, month_start, parse_period
 from apps.billing.recovery import recovery
 from apps.billing.services import is_billing_admin
+from apps.billing.units import chargeback_units_for, unit_budget_rows, unit_chargeback
 from apps.teams.models import Team
 from portal.exceptions import ApplicationError, show_on_form
 from portal.timezones import current_zone
@@ -201,6 +202,29 @@ def rate_cards_view(request):
 
 
 @login_required
+def unit_chargeback_view(request):
+    """A month's chargeback rolled up by organisation unit, each unit's total beside its teams';
+    finance and platform admins see every unit, unit admins their units' subtrees."""
+    unit_ids = chargeback_units_for(request.user)
+    if unit_ids is not None and not unit_ids:
+        raise PermissionDenied("Only finance, platform admins and unit admins see this page.")
+    period, error = _chosen_period(request)
+    if error:
+        messages.error(request, error)
+    return render(
+        request,
+        "billing/unit_chargeback.html",
+        {
+            "period": period,
+            "periods": BillingPeriod.objects.all()[:24],
+            "units": unit_chargeback(period, unit_ids=unit_ids),
+            "currency": settings.BILLING_CURRENCY,
+            "showback": is_showback(),
+        },
+    )
+
+
+@login_required
 def budgets_view(request):
     """Budgets and burn-down of the teams the user may see; finance and admins set them."""
     can_edit = is_billing_admin(request.user)
@@ -222,6 +246,7 @@ def budgets_view(request):
                 services.budget_set(
                     actor=request.user,
                     team=data["team"],
+                    unit=data["unit"],
                     period=period,
                     amount=data["amount"],
                     enforcement=data["enforcement"],
@@ -229,7 +254,8 @@ def budgets_view(request):
             except (ApplicationError, ValidationError) as refusal:
                 show_on_form(form, refusal)
             else:
-                messages.success(request, f"Budget of {data['team'].slug} for {period} saved.")
+                owner = data["team"] or data["unit"]
+                messages.success(request, f"Budget of {owner.slug} for {period} saved.")
                 return redirect(f"{request.path}?period={period.month:%Y-%m}")
     now = timezone.now()
     teams = Team.objects.for_user(request.user).order_by("slug")
@@ -249,6 +275,7 @@ def budgets_view(request):
             "period": period,
             "periods": BillingPeriod.objects.all()[:24],
             "rows": rows,
+            "unit_rows": unit_budget_rows(user=request.user, period=period, now=now),
             "statement_teams": _statement_teams(request.user, teams),
             "form": form,
             "can_edit": can_edit,

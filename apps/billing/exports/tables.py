@@ -19,12 +19,14 @@ from apps.billing.exports.lines import (
     gpu_hours,
 )
 from apps.billing.periods import month_bounds
+from apps.billing.units import NO_UNIT, team_unit_columns
 
 MONEY_COLUMNS = ("cost", "busy_cost", *COMPONENTS, "adjustment_cost")
 
 
 def table_columns(level: str, *, showback: bool) -> list[str]:
-    columns = ["period", "day", "team", "cost_center", "line_type", "description", "gpu_model"]
+    columns = ["period", "day", "team", "cost_center", "unit_path", "unit_cost_center"]
+    columns += ["line_type", "description", "gpu_model"]
     if level == DETAIL:
         columns += ["source", "source_id", "gpu_uuid", "node", "gpu_index", "over_quota"]
         columns += [] if showback else ["unit_price"]
@@ -39,8 +41,10 @@ def table_rows(scope: ExportScope, lines: Iterator[dict] | None = None) -> Itera
     itself), then its recovery rows."""
     showback = is_showback()
     columns = table_columns(scope.level, showback=showback)
+    units = team_unit_columns()
     for line in export_lines(scope) if lines is None else lines:
         row = {
+            **units.get(line["team_id"], NO_UNIT),
             "period": f"{scope.period.month:%Y-%m}",
             "day": line["day"].isoformat(),
             "team": line["sub_account"],
@@ -66,10 +70,10 @@ def table_rows(scope: ExportScope, lines: Iterator[dict] | None = None) -> Itera
         }
         yield {name: row[name] for name in columns}
     if not showback:
-        yield from _recovery_rows(scope, columns)
+        yield from _recovery_rows(scope, columns, units)
 
 
-def _recovery_rows(scope: ExportScope, columns: list[str]) -> Iterator[dict]:
+def _recovery_rows(scope: ExportScope, columns: list[str], units: dict) -> Iterator[dict]:
     """The month's platform-cost recovery lines (`recovery.recovery_entries`; none under the
     default `keep`): each team's share, and the platform giving the total back."""
     from apps.billing.recovery import RECOVERY_LINE, recovery_entries
@@ -82,6 +86,7 @@ def _recovery_rows(scope: ExportScope, columns: list[str]) -> Iterator[dict]:
             "day": last_day.isoformat(),
             "team": team.slug if team else PLATFORM_COST_CENTER,
             "cost_center": (team.cost_center or team.slug) if team else PLATFORM_COST_CENTER,
+            **(units.get(team.pk, NO_UNIT) if team else NO_UNIT),
             "line_type": RECOVERY_LINE,
             "description": entry.description,
             **{name: Decimal(0) for name in MONEY_COLUMNS if name in columns},

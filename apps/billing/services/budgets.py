@@ -13,12 +13,21 @@ from apps.billing.choices import BUDGET_THRESHOLDS, Enforcement, is_showback
 from apps.billing.models import BillingPeriod, Budget, BudgetAlert
 from apps.billing.periods import add_months, month_bounds, month_start, next_month
 from apps.billing.pricing import price_holding
-from apps.billing.selectors import booked_cost, budget_for, period_for_month, team_spend
+from apps.billing.selectors import (
+    booked_cost,
+    budget_spend,
+    budget_team_ids,
+    budgets_on_path,
+    nearest_first,
+    period_for_month,
+    teams_spend,
+)
 from apps.billing.services.access import require_billing_admin
 from apps.billing.services.periods import CENT, require_open
 from apps.outbox.services import outbox_send_mail
 from apps.teams.choices import TeamRole
-from apps.teams.models import Membership
+from apps.teams.models import Membership, UnitMembership
+from apps.teams.selectors import org_tree, unit_path_label
 from portal.exceptions import PolicyRefusal
 from portal.formatting import format_money
 
@@ -28,12 +37,21 @@ BUDGET_MONTHS_AHEAD = 12
 
 @transaction.atomic
 def budget_set(
-    *, actor, team, period: BillingPeriod, amount: Decimal, enforcement: str = Enforcement.ALERT
+    *,
+    actor,
+    period: BillingPeriod,
+    amount: Decimal,
+    enforcement: str = Enforcement.ALERT,
+    team=None,
+    unit=None,
 ) -> Budget:
-    """Set a team's budget for a month and whether it only alerts or also blocks bookings.
+    """Set a team's or a unit's budget for a month and whether it only alerts or also blocks
+    bookings (a unit's covers the spend of every team below it, and blocks each of them).
     Any open month up to BUDGET_MONTHS_AHEAD ahead; a closed month's budgets are final.
     Audited."""
     require_billing_admin(actor)
+    if (team is None) == (unit is None):
+        raise ValidationError({"team": "Give either a team or a unit, not both or neither."})
     period = BillingPeriod.objects.select_for_update().get(pk=period.pk)
     require_open(period, "changing its budgets")
     latest = add_months(month_start(timezone.now()), BUDGET_MONTHS_AHEAD)
@@ -49,10 +67,11 @@ def budget_set(
         raise ValidationError({"amount": "A budget cannot be negative."})
     if enforcement not in Enforcement.values:
         raise ValidationError({"enforcement": f"Choose one of {', '.join(Enforcement.values)}."})
-    budget = Budget.objects.select_for_update().filter(team=team, period=period).first()
+    owner = {"team": team} if team is not None else {"unit": unit}
+    budget = Budget.objects.select_for_update().filter(**owner, period=period).order_by().first()
     before = {"amount": str(budget.amount), "enforcement": budget.enforcement} if budget else None
     if budget is None:
-        budget = Budget(team=team, period=period)
+        budget = Budget(**owner, period=period)
     budget.amount, budget.enforcement = amount.quantize(CENT), enforcement
     budget.full_clean()
     budget.save()
@@ -68,13 +87,14 @@ def budget_set(
 
 
 def budget_alerts_check(*, budget: Budget, now: datetime | None = None) -> list[BudgetAlert]:
-    """Record (once each) the 50/80/100 % thresholds the team's spend has crossed and email the
-    team admins; and once, while the month is still running and the budget not yet passed, the
-    day the forecast (`forecast.forecast`) says it will be ("at this rate nlp exceeds its budget
-    on Dec 21"). The alerts also show in the portal and the API."""
+    """Record (once each) the 50/80/100 % thresholds the spend has crossed (the team's, or all
+    the teams' below the unit) and email the team's (the unit's) admins; and for a team budget,
+    once, while the month is still running and the budget not yet passed, the day the forecast
+    (`forecast.forecast`) says it will be ("at this rate nlp exceeds its budget on Dec 21").
+    The alerts also show in the portal and the API."""
     if budget.amount <= 0:
         return []
-    spent = team_spend(team=budget.team, period=budget.period)
+    spent = budget_spend(budget)
     crossed = [t for t in BUDGET_THRESHOLDS if spent * 100 >= budget.amount * t]
     known = set(
         budget.alerts.filter(kind=BudgetAlert.Kind.THRESHOLD).values_list("threshold", flat=True)
@@ -98,7 +118,7 @@ def _forecast_alert(budget: Budget, spent: Decimal, *, now: datetime) -> list[Bu
     from apps.billing.forecast import forecast
 
     _, end = month_bounds(budget.period.month)
-    if now >= end or spent >= budget.amount or budget.period.is_closed:
+    if budget.team_id is None or now >= end or spent >= budget.amount or budget.period.is_closed:
         return []
     if budget.alerts.filter(kind=BudgetAlert.Kind.FORECAST).exists():
         return []
@@ -131,19 +151,18 @@ def _forecast_alert(budget: Budget, spent: Decimal, *, now: datetime) -> list[Bu
 
 
 def _team_admin_emails(budget: Budget) -> list[str]:
-    return sorted(
-        set(
-            Membership.objects.filter(team=budget.team, role=TeamRole.TEAM_ADMIN).values_list(
-                "user__email", flat=True
-            )
-        )
-        - {""}
-    )
+    """A team budget's admins are the team's; a unit budget's are the unit's."""
+    if budget.team_id is None:
+        admins = UnitMembership.objects.filter(unit_id=budget.unit_id)
+    else:
+        admins = Membership.objects.filter(team_id=budget.team_id, role=TeamRole.TEAM_ADMIN)
+    return sorted(set(admins.values_list("user__email", flat=True)) - {""})
 
 
 def budget_alerts_check_all(*, periods) -> int:
     count = 0
-    for budget in Budget.objects.filter(period__in=periods).select_related("team", "period"):
+    budgets = Budget.objects.filter(period__in=periods).select_related("team", "unit", "period")
+    for budget in budgets:
         count += len(budget_alerts_check(budget=budget))
     return count
 
@@ -153,19 +172,25 @@ def _email_budget_alert(budget: Budget, threshold: int, spent: Decimal) -> None:
     if not recipients:
         return
     subject = (
-        f"[GPU portal] {budget.team.slug} has used {threshold} % of its {budget.period} budget"
+        f"[GPU portal] {budget.owner.slug} has used {threshold} % of its {budget.period} budget"
+    )
+    who = (
+        f"Team {budget.team.name} has"
+        if budget.team_id
+        else f"Unit {unit_path_label(budget.unit)} (all its teams together) has"
     )
     body = (
-        f"Team {budget.team.name} has been charged {format_money(spent)} of its "
+        f"{who} been charged {format_money(spent)} of its "
         f"{format_money(budget.amount)} budget for {budget.period} ({threshold} % threshold)."
     )
     outbox_send_mail(subject=subject, body=body, recipients=list(recipients))
 
 
 def check_booking_budget(*, team, gpu_model, count, start, end, over_quota_gpus=0) -> None:
-    """Answers the `reservations.budget_check` query (portal.queries): a team in `block` mode
-    cannot book more than is left of its budget in any month the booking falls in; each
-    month's part of the booking is weighed against that month's budget. The booking is priced
+    """Answers the `reservations.budget_check` query (portal.queries): a booking cannot cost more
+    than is left of any `block` budget on the team's path (its own, its unit's, an ancestor
+    unit's, which cover all their teams together) in any month the booking falls in; each
+    month's part of the booking is weighed against that month's budgets. The booking is priced
     as it will be charged (`pricing.price_holding`): `over_quota_gpus` of its GPUs at the
     over-quota multiplier, plus the energy estimate."""
     if is_showback():
@@ -184,26 +209,43 @@ def check_booking_budget(*, team, gpu_model, count, start, end, over_quota_gpus=
 def _check_month_budget(
     *, team, gpu_model, count, start, end, over_quota_gpus, period, now
 ) -> None:
-    budget = budget_for(team=team, period=period)
-    if budget is None or budget.enforcement != Enforcement.BLOCK:
+    on_path = budgets_on_path(team=team, period=period)
+    blocking = [b for b in on_path if b.enforcement == Enforcement.BLOCK]
+    if not blocking:
         return
+    # The tree (two queries) only when a unit's budget blocks: it says which teams it covers.
+    tree = org_tree() if any(b.unit_id for b in blocking) else None
+    if tree is not None:
+        blocking = nearest_first(blocking, team=team, tree=tree)
     price = price_holding(
         gpu_model=gpu_model, count=count, start=start, end=end, over_quota_gpus=over_quota_gpus
     )
     cost = price.total
-    spent = team_spend(team=team, period=period)
-    booked = booked_cost(team=team, period=period, now=now)
-    left = budget.amount - spent - booked
     # A free booking (no price yet) never spends anything, whatever the budget state.
-    if cost > 0 and cost > left:
+    if cost <= 0:
+        return
+    for budget in blocking:
+        team_ids = budget_team_ids(budget, tree=tree)
+        spent = teams_spend(team_ids=team_ids, period=period)
+        booked = booked_cost(team_ids=team_ids, period=period, now=now)
+        left = budget.amount - spent - booked
+        if cost <= left:
+            continue
         available = max(left, Decimal(0)).quantize(CENT)
+        whose = (
+            f"{team.slug}'s"
+            if budget.team_id
+            else f"unit {unit_path_label(budget.unit, tree=tree)}'s"
+        )
         raise PolicyRefusal(
             f"This booking would cost {format_money(cost)} in {period} but only "
-            f"{format_money(available)} is left of {team.slug}'s {format_money(budget.amount)} "
+            f"{format_money(available)} is left of {whose} {format_money(budget.amount)} "
             "budget for that month.",
             code="budget_exhausted",
             detail={
                 "budget": str(budget.amount),
+                "budget_team": budget.team.slug if budget.team_id else None,
+                "budget_unit": budget.unit.slug if budget.unit_id else None,
                 "spent": str(spent.quantize(CENT)),
                 "booked": str(booked.quantize(CENT)),
                 "left": str(left.quantize(CENT)),
