@@ -12,7 +12,8 @@ def test_unit_admin_shapes_their_department(login_as):
     page = login_as("rita")
     questions = []
     page.on("dialog", lambda dialog: (questions.append(dialog.message), dialog.accept()))
-    page.get_by_test_id("nav").get_by_role("link", name="Units", exact=True).click()
+    page.get_by_test_id("nav").get_by_role("link", name="Teams", exact=True).click()
+    page.get_by_role("link", name="Organisation units").click()
     tree = page.get_by_test_id("unit-tree")
     expect(tree.locator("[data-unit=research]")).to_contain_text("Organisation / Research")
     expect(tree.locator("[data-unit=research]")).to_contain_text("H100-SXM-80GB: 12 / 16")
