@@ -139,3 +139,23 @@ def test_a_job_waiting_for_its_units_limit_says_so():
         "The teams of unit lab hold 3 of its quota of 3 A100 GPUs together; the job needs 1 "
         "beyond team zeta's guarantee."
     )
+
+
+def test_borrowing_goes_up_to_the_parent_units_idle_guarantee_before_the_fleet():
+    # org > dept > {group > {a1, a2}, b1}; org > other > {x}. Only b1 has idle guarantee: a1
+    # borrows it one level up (dept), x only from the fleet.
+    tree = OrgTree(
+        {"org": None, "dept": "org", "group": "dept", "other": "org"},
+        {"a1": "group", "a2": "group", "b1": "dept", "x": "other"},
+    )
+    quotas = [TeamQuota(t, A, 0, 4) for t in ("a1", "a2", "x")] + [TeamQuota("b1", A, 2, 4)]
+    run = [borrowing(10, "a1", [0], NOW - 60), borrowing(11, "x", [1], NOW - 60)]
+    waiting = [queued(1, "x", count=2, age=600), queued(2, "a1", count=2)]
+
+    def decide(org_tree):
+        return placed(
+            schedule(ClusterState(NOW, gpus(4), waiting, run, quotas=quotas, org_tree=org_tree))
+        )
+
+    assert decide(None) == {1}
+    assert decide(tree) == {2}
