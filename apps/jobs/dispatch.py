@@ -189,6 +189,8 @@ def queued_jobs(waiting: list[Job], *, attained: dict[int, float] | None = None)
             preemptions=job.preemption_count,
             attained=attained.get(job.pk, 0.0),
             turn=turns.get(job.pk),
+            # The portal keeps no reclaim clock per job yet: patience counts from submission.
+            reclaim_since=_ts(job.submitted_at),
         )
         for job in waiting
     ]

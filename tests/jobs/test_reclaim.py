@@ -101,3 +101,42 @@ def test_a_gang_of_any_model_gets_a_node_drained_ahead_on_a_fleet_of_two_models(
     assert gang["within_guarantee"]
     assert gang["first_start"] - gang["submit"] <= 1500
     assert result.preemptions == 0
+
+
+def test_patience_counts_from_when_the_job_comes_within_its_guarantee_not_its_submission():
+    """small's 8-GPU job waits behind its own team's 4-GPU job (over its guarantee until that
+    ends at 10,000 s) beside a borrowed job that has run for hours. Once within its guarantee
+    it waits its patience first (from 10,000 s, not from its submission at 100 s): the
+    borrowed job ends by itself at 10,301 s and nothing is thrown away. Rebuilding the state
+    at every event (as the live portal does) decides the same: the clock travels with the
+    queued job."""
+    gpus = parse_fleet("1x8:A")
+    quotas = [TeamQuota("small", "A", 8, 8), TeamQuota("lender", "A", 0, 8)]
+    jobs = [
+        TraceJob(1, 0, 10_000, 4, "small"),
+        TraceJob(2, 1, 10_300, 4, "lender"),
+        TraceJob(3, 100, 3600, 8, "small"),
+    ]
+    for incremental in (True, False):
+        result = simulate(jobs, gpus, quotas, "fairshare", incremental=incremental)
+        rows = rows_of(result)
+        assert not rows[3]["within_guarantee"]  # at its submission
+        assert result.preemptions == 0
+        assert rows[3]["first_start"] == 10_301
+
+
+def test_a_borrowed_gang_stops_once_the_patience_since_the_job_came_within_is_up():
+    """As above, but the borrowed job would run on for hours: it stops when the patience
+    counted from 10,000 s is up."""
+    gpus = parse_fleet("1x8:A")
+    quotas = [TeamQuota("small", "A", 8, 8), TeamQuota("lender", "A", 0, 8)]
+    jobs = [
+        TraceJob(1, 0, 10_000, 4, "small"),
+        TraceJob(2, 1, 100_000, 4, "lender"),
+        TraceJob(3, 100, 3600, 8, "small"),
+    ]
+    patience = SchedulerConfig().reclaim_patience_seconds
+    for incremental in (True, False):
+        rows = rows_of(simulate(jobs, gpus, quotas, "fairshare", incremental=incremental))
+        assert rows[2]["preemptions"] == 1
+        assert rows[3]["first_start"] == 10_000 + patience

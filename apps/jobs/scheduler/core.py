@@ -148,6 +148,8 @@ class Engine(QueueMixin, BaselineMixin, SpareMixin, DrainMixin, PreemptionMixin,
         # job -> (gained, when the next victim becomes eligible, model) of its last failed
         # preemption: not tried again on that model before either changes
         self._preempt_failed: dict[int, tuple[int, float, str]] = {}
+        # job -> when its reclaim clock started, for queued jobs that came without one
+        self._reclaim_clocks: dict[int, float] = {}
         # Teams whose queue or holdings changed since the last cycle ended. While no GPU went
         # back to the pool, every other team's next job still does not fit (capacity only
         # shrank), so a cycle need only look at these teams.

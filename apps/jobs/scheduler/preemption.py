@@ -67,6 +67,7 @@ class PreemptionMixin:
             if cand.key != key:
                 heapq.heappush(heap, (cand.key, team))
                 continue
+            self._reclaim_since(cand.job)  # its reclaim clock runs from now on, if not yet
             # A job that could not start by preempting on a model still cannot there until
             # GPUs come back or another victim passes the minimum runtime (losses only grow
             # meanwhile). On another model it may: its team's own placements (quota left) or
@@ -108,7 +109,7 @@ class PreemptionMixin:
         job, model, now = cand.job, cand.model, self.now
         cfg = self.config
         min_runtime = cfg.preempt_min_runtime_seconds
-        patience_at = job.submitted_at + cfg.reclaim_patience_seconds
+        patience_at = self._reclaim_since(job) + cfg.reclaim_patience_seconds
         budget = cfg.preempt_max_lost_ratio * job.gpu_count * job.max_runtime
         if job.same_node:
             node = self._drain_node(job, model, set())
@@ -210,7 +211,7 @@ class PreemptionMixin:
         # GPU-seconds the victims may lose together, relative to the work the job brings.
         budget = self.config.preempt_max_lost_ratio * job.gpu_count * job.max_runtime
         chosen = self._victims(cand, budget)
-        patience_at = job.submitted_at + self.config.reclaim_patience_seconds
+        patience_at = self._reclaim_since(job) + self.config.reclaim_patience_seconds
         if chosen is None and self.now < patience_at:
             self._patience_until = min(self._patience_until, patience_at)
         elif chosen is None:
@@ -226,6 +227,18 @@ class PreemptionMixin:
         if not chosen:
             return False
         return self._preempt_and_place(cand, chosen)
+
+    def _reclaim_since(self, job) -> float:
+        """When the job's reclaim clock started (``QueuedJob.reclaim_since``); a job without
+        one starts it now, and the decision reports it so that later cycles (even of a fresh
+        engine) count the patience from the same time."""
+        if job.reclaim_since is not None:
+            return job.reclaim_since
+        since = self._reclaim_clocks.get(job.job_id)
+        if since is None:
+            since = self._reclaim_clocks[job.job_id] = self.now
+            self.decision.reclaim_clocks[job.job_id] = since
+        return since
 
     def _victims(self, cand: Candidate, budget: float) -> list[RunningJob] | None:
         job, model = cand.job, cand.model

@@ -57,6 +57,7 @@ class QueueMixin:
     def dequeue(self, job_id: int) -> QueuedJob:
         self.version += 1
         self._preempt_failed.pop(job_id, None)
+        self._reclaim_clocks.pop(job_id, None)
         job = self.queued.pop(job_id)
         self._drain_cands.pop(job.team, None)
         if job.reservation_id is not None:

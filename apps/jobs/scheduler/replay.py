@@ -81,6 +81,7 @@ class _JobRecord:
     attained: float = 0.0  # GPU-seconds run in all attempts so far
     within_guarantee: bool = False  # see JOB_COLUMNS
     turn: float | None = None  # its turn in its team's queue (``UserClock``), set on arrival
+    reclaim_since: float | None = None  # see ``QueuedJob.reclaim_since``
 
 
 def user_runtime_limit(duration: float) -> float:
@@ -241,6 +242,7 @@ class _Replay:
             rec.preemptions,
             rec.attained,
             rec.turn,
+            rec.reclaim_since,
         )
 
     def enqueue(self, rec: _JobRecord) -> None:
@@ -414,6 +416,14 @@ class _Replay:
 
     def _apply(self, decision: Decision) -> None:
         now = self.now
+        for job_id, since in decision.reclaim_clocks.items():
+            # carried in the queued job, so a fresh engine next cycle counts from the same time
+            rec = self.records[job_id]
+            rec.reclaim_since = since
+            self.queue[job_id] = replace(self.queue[job_id], reclaim_since=since)
+            if self.reclaims and rec.attempts == 0:
+                patience = since + self.config.reclaim_patience_seconds
+                heapq.heappush(self.wakes, (patience, job_id, 0))
         for pre in decision.preemptions:
             r = self.stop(pre.job_id, now)
             rec = self.records[pre.job_id]

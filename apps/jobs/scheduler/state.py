@@ -105,6 +105,12 @@ class QueuedJob:
     # than ``submitted_at`` when its user asked for more than the team's guarantee serves by
     # then. None: its submit time.
     turn: float | None = None
+    # When its reclaim clock started: the first cycle that found it within its team's unused
+    # guarantee (its patience counts from then, not from submission: a job that fits only
+    # after its team's own jobs ended must not stop a days-old gang at once). None: not yet;
+    # the engine starts it and reports it in ``Decision.reclaim_clocks`` for the caller to
+    # carry in the next cycles' queue.
+    reclaim_since: float | None = None
 
     @property
     def queued_since(self) -> float:
@@ -165,3 +171,6 @@ class Decision:
     # (the replayer starts them at once; the live dispatcher places them in the cycle after
     # the victims' nodes confirm the stop, see apps/jobs/dispatch.py).
     after_preemption: list[Placement] = field(default_factory=list)
+    # job -> when its reclaim clock started (``QueuedJob.reclaim_since``), for jobs whose
+    # clock this cycle started
+    reclaim_clocks: dict[int, float] = field(default_factory=dict)
