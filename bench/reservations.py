@@ -5,7 +5,8 @@
 (b) booking throughput through the real API (gunicorn, PostgreSQL, 16 concurrent clients) vs a
     bare Django view doing one INSERT. Target: at least 100 bookings/s on 2 cores.
 
-Run: .venv/bin/python bench/reservations.py [--skip-http]
+Run: .venv/bin/python bench/reservations.py [--gpus N] [--skip-http]
+--gpus: the fleet's size (default 1,000); bookings scale with it (20 per GPU).
 Uses the PostgreSQL database in DATABASE_URL (default portal_bench, created and rebuilt).
 """
 
@@ -34,7 +35,8 @@ from django.utils import timezone  # noqa: E402
 
 from bench.common import recreate_database  # noqa: E402
 
-GPUS, BOOKINGS, HTTP_CLIENTS = 1000, 20000, 16
+GPUS, BOOKINGS_PER_GPU, HTTP_CLIENTS = 1000, 20, 16
+BOOKINGS = GPUS * BOOKINGS_PER_GPU
 
 
 def build_fleet_and_bookings(now):
@@ -317,9 +319,14 @@ def bench_http(model, now, total=1200):
 
 
 def main():
+    global GPUS, BOOKINGS
     parser = argparse.ArgumentParser()
+    parser.add_argument("--gpus", type=int, default=GPUS, help="fleet size (multiple of 8)")
     parser.add_argument("--skip-http", action="store_true")
     args = parser.parse_args()
+    if args.gpus < 8 or args.gpus % 8:
+        parser.error("--gpus must be a positive multiple of 8 (whole nodes of 8 GPUs)")
+    GPUS, BOOKINGS = args.gpus, args.gpus * BOOKINGS_PER_GPU
     recreate_database()
     now = timezone.now()
     t0 = time.perf_counter()

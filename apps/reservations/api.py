@@ -1,6 +1,6 @@
 from datetime import timedelta
 
-from django.db.models import Prefetch, prefetch_related_objects
+from django.db.models import Exists, OuterRef, Prefetch, prefetch_related_objects
 from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema, extend_schema_field, extend_schema_view
@@ -10,12 +10,12 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from apps.fleet.models import GpuModel
-from apps.reservations import selectors, services
+from apps.reservations import booking, selectors, services
 from apps.reservations.availability import round_up_to_slot
 from apps.reservations.filters import ReservationFilter
 from apps.reservations.models import ReservationGpu
 from apps.reservations.policy import BookingPolicy
-from apps.teams.models import Team
+from apps.teams.models import Membership, Team
 
 MAX_COUNT = 100_000
 
@@ -42,12 +42,19 @@ class UserTeamField(serializers.SlugRelatedField):
         super().__init__(slug_field="slug", **kwargs)
 
     def get_queryset(self):
-        return Team.objects.for_user(self.context["request"].user)
+        # Whether the caller belongs to the team is read with it: booking requires it, and a
+        # unit admin sees teams they are no member of.
+        user = self.context["request"].user
+        return Team.objects.for_user(user).annotate(
+            caller_is_member=Exists(Membership.objects.filter(team=OuterRef("pk"), user_id=user.pk))
+        )
 
 
 class GpuModelField(serializers.SlugRelatedField):
     def __init__(self, **kwargs):
-        super().__init__(slug_field="name", queryset=GpuModel.objects.all(), **kwargs)
+        # With its fleet size, which booking admission checks the count against.
+        queryset = booking.with_fleet_size(GpuModel.objects.all())
+        super().__init__(slug_field="name", queryset=queryset, **kwargs)
 
 
 class HoldingSerializer(serializers.Serializer):
@@ -173,8 +180,15 @@ class ReservationViewSet(
 
     def _reply_created(self, reservation):
         """The new booking as the service returned it (its team, model and booker are already
-        loaded): only its GPUs and the higher apps' figures are read."""
-        prefetch_related_objects([reservation], _active_holdings())
+        loaded) and its GPUs as the pick read them: only the higher apps' figures are read."""
+        picked = getattr(reservation, "picked_holdings", None)
+        if picked is None:
+            prefetch_related_objects([reservation], _active_holdings())
+        else:
+            # As prefetch_related leaves a relation: a queryset already read.
+            holdings = reservation.holdings.all()
+            holdings._result_cache, holdings._prefetch_done = picked, True
+            reservation._prefetched_objects_cache = {"holdings": holdings}
         reservation = selectors.with_figures([reservation])[0]
         return Response(ReservationSerializer(reservation).data, status=status.HTTP_201_CREATED)
 

@@ -20,11 +20,12 @@ from datetime import datetime
 
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Q
+from django.db.models import Count, OuterRef, Q, QuerySet, Subquery
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from apps.fleet.choices import GpuStatus
-from apps.fleet.models import Gpu, GpuModel
+from apps.fleet.models import Gpu, GpuModel, Node
 from apps.reservations import availability, picking, selectors
 from apps.reservations.availability import GpuInfo
 from apps.reservations.choices import ReservationStatus
@@ -83,10 +84,31 @@ def validate_window(
 
 
 def _require_member(user, team: Team) -> None:
+    """A team read with `caller_is_member` (the API's team field reads it for the caller, who
+    is `user`) needs no query."""
     if is_platform_admin(user):
         return
-    if not Membership.objects.filter(user=user, team=team).exists():
+    member = getattr(team, "caller_is_member", None)
+    if member is None:
+        member = Membership.objects.filter(user=user, team=team).exists()
+    if not member:
         raise ValidationError({"team": "You are not a member of this team."})
+
+
+def _fleet_gpus(gpu_model) -> QuerySet[Gpu]:
+    """The whole GPUs of the model that are not retired: the most a booking can take."""
+    return Gpu.objects.filter(model=gpu_model, mig_parent__isnull=True).exclude(
+        status=GpuStatus.RETIRED
+    )
+
+
+def with_fleet_size(gpu_models: QuerySet[GpuModel]) -> QuerySet[GpuModel]:
+    """GPU models with `fleet_size` (how many GPUs a booking of the model can take at most),
+    read with the model so that admission asks no second time."""
+    sizes = (
+        _fleet_gpus(OuterRef("pk")).order_by().values("model").annotate(n=Count("pk")).values("n")
+    )
+    return gpu_models.annotate(fleet_size=Coalesce(Subquery(sizes), 0))
 
 
 def _locked_quotas(team: Team, gpu_model: GpuModel) -> list[Quota]:
@@ -248,10 +270,10 @@ def reservation_create(
     validate_window(start=start, end=end, count=count, policy=policy, now=now)
     if not team.is_active:
         raise ValidationError({"team": f"Team {team.slug} is inactive."})
-    existing = Gpu.objects.filter(model=gpu_model, mig_parent__isnull=True).exclude(
-        status=GpuStatus.RETIRED
-    )
-    if count > (fleet_size := existing.count()):
+    fleet_size = getattr(gpu_model, "fleet_size", None)
+    if fleet_size is None:
+        fleet_size = _fleet_gpus(gpu_model).count()
+    if count > fleet_size:
         fleet = format_count(fleet_size, f"{gpu_model.name} GPU")
         raise ValidationError({"count": f"The fleet has only {fleet}."})
 
@@ -335,7 +357,7 @@ def _book(*, team, user, gpu_model, count, start, end, purpose, same_node, now) 
     picked = _pick(free, gpu_model=gpu_model, count=count, same_node=same_node)
     # The GPUs above the guarantee are the last picked: they are charged at the over-quota
     # multiplier, the others at list price.
-    ReservationGpu.objects.bulk_create(
+    holdings = ReservationGpu.objects.bulk_create(
         ReservationGpu(
             reservation=reservation,
             gpu_id=g.id,
@@ -347,7 +369,24 @@ def _book(*, team, user, gpu_model, count, start, end, purpose, same_node, now) 
     )
     # Integrations (Slurm) mirror the booking; a refusal rolls it back.
     hooks.emit("reservation.created", reservation=reservation)
+    _keep_picked_gpus(reservation, holdings, picked, gpu_model)
     return reservation
+
+
+def _keep_picked_gpus(reservation, holdings, picked: list[GpuInfo], gpu_model) -> None:
+    """`reservation.picked_holdings`: the holdings just written, each with its GPU's identity
+    (uuid, index, node's hostname) as the pick read it, so that the API's reply reads nothing
+    back. Only those fields are set on these GPUs; the booking's own relations are untouched."""
+    for holding, gpu in zip(holdings, picked, strict=True):
+        holding.gpu = Gpu(
+            id=gpu.id,
+            index=gpu.index,
+            uuid=gpu.uuid,
+            nvlink_domain=gpu.nvlink_domain,
+            model=gpu_model,
+            node=Node(hostname=gpu.node),
+        )
+    reservation.picked_holdings = holdings
 
 
 def _pick(free: picking.FreeGpus, *, gpu_model, count, same_node) -> list[GpuInfo]:

@@ -22,11 +22,12 @@ from tests.reservations.conftest import booking
 pytestmark = pytest.mark.django_db
 
 URL = "/api/v1/reservations/"
-# Team and model lookups, membership, fleet size; begin, quota rows locked, the units' quota
-# rows locked (none here: no tree read), the team's holdings and running jobs, the budget's
-# period, running jobs of the model, the powered-down nodes ready by the start, the booking's
-# row, the picking lock with the pick, the holdings, commit; the reply's GPUs and figures.
-QUERIES_PER_BOOKING = 18
+# The team (with the caller's membership) and the model (with its fleet size); begin, quota
+# rows locked, the units' quota rows locked (none here: no tree read), the team's holdings and
+# running jobs, the budget's period, running jobs of the model, the powered-down nodes ready by
+# the start, the booking's row, the picking lock with the pick, the holdings, commit; the reply's
+# figures (its GPUs are the ones the pick read).
+QUERIES_PER_BOOKING = 15
 
 
 @pytest.mark.parametrize("nodes", [2, 12])
@@ -45,7 +46,69 @@ def test_a_booking_costs_the_same_few_queries_whatever_the_fleet(
     assert response.status_code == 201, response.json()
     body = response.json()
     assert len(body["gpus"]) == 4 and len({g["node"] for g in body["gpus"]}) == 1
+    # The reply's GPUs, built from the pick, are the ones the database holds.
+    booked = api.get(f"{URL}{body['id']}/").json()
+    assert sorted(body["gpus"], key=str) == sorted(booked["gpus"], key=str)
     assert body["cost"] is not None and body["efficiency"] is None
+
+
+def test_a_unit_admin_who_sees_a_team_but_is_no_member_may_not_book_for_it(
+    platform_admin, h100, tomorrow_9
+):
+    """The team field reads the caller's membership with the team; a team seen through a unit
+    the caller administers is no membership."""
+    from tests.teams.departments import build_departments
+
+    org = build_departments(platform_admin, h100)
+    unit_admin = org["users"]["la"]
+    response = client_for(unit_admin).post(
+        URL, booking(team="cv", count=1, start=tomorrow_9), format="json"
+    )
+    assert response.status_code == 400, response.json()
+    assert "not a member" in str(response.json())
+    assert not ReservationGpu.objects.exists()
+    member = client_for(org["users"]["cv-member"])
+    booked = member.post(URL, booking(team="cv", count=1, start=tomorrow_9), format="json")
+    assert booked.status_code == 201, booked.json()
+
+
+def test_more_gpus_than_the_fleet_has_are_refused_with_its_size_read_with_the_model(
+    member, team, quotas, h100, tomorrow_9
+):
+    Gpu.objects.filter(node__hostname="h100-b", index=7).update(status=GpuStatus.RETIRED)
+    response = client_for(member).post(URL, booking(count=16, start=tomorrow_9), format="json")
+    assert response.status_code == 400, response.json()
+    assert "The fleet has only 15 H100-SXM-80GB GPUs" in str(response.json())
+    assert not ReservationGpu.objects.exists()
+
+
+def test_running_jobs_count_against_the_teams_quota_and_are_not_picked(
+    member, team, other_team, quotas, h100, tomorrow_9
+):
+    """The team's job on another model counts against its any-model quota; another team's job
+    on the model keeps its GPUs from the pick."""
+    from apps.fleet.models import GpuModel
+    from apps.teams.models import Quota
+
+    Quota.objects.create(team=team, gpu_model=None, guaranteed=0, limit=14)
+    now = timezone.now()
+    l40s = GpuModel.objects.get(name="L40S-48GB")
+    for job_team, model, hostname in ((team, l40s, "l40s-a"), (other_team, h100, "h100-a")):
+        gpus = list(Gpu.objects.filter(node__hostname=hostname))
+        job = JobFactory(
+            team=job_team, gpu_model=model, status=JobStatus.RUNNING, gpu_count=len(gpus),
+            max_runtime_seconds=3 * 86400, started_at=now,
+        )  # fmt: skip
+        for gpu in gpus:
+            JobAllocation.objects.create(job=job, gpu=gpu, start=now)
+    api = client_for(member)
+    booked = api.post(URL, booking(count=8, start=tomorrow_9), format="json")
+    assert booked.status_code == 201, booked.json()
+    assert {g["node"] for g in booked.json()["gpus"]} == {"h100-b"}
+    refused = api.post(URL, booking(count=3, start=tomorrow_9, hours=4), format="json")
+    assert refused.status_code == 403, refused.json()
+    assert refused.json()["detail"]["booked"] == 12  # 8 H100 booked, 4 L40S running
+    assert ReservationGpu.objects.count() == 8
 
 
 def test_a_lost_race_on_the_exclusion_constraint_is_rolled_back_and_booked_again(
