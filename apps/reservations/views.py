@@ -103,10 +103,10 @@ def reservation_detail_view(request, pk: int):
     )
 
 
-def _timeline_rows(gpu_model, team=None, *, days: int = 7, bucket_hours: int = 3):
-    """Free GPUs per block for whole days from today in the reader's zone (no more than `team`
-    may book), as rows of (day, [(moment, free, past)]); blocks run from the reader's midnight
-    today, so a booking made for a Saturday evening is in Saturday's row."""
+def _timeline_rows(gpu_model, team=None, *, days: int = 8, bucket_hours: int = 3):
+    """Free GPUs per block for today and the next 7 whole days in the reader's zone (no more
+    than `team` may book), as rows of (day, [(moment, free, past)]); blocks run from the
+    reader's midnight today, so a booking made for a Saturday evening is in Saturday's row."""
     now = timezone.now()
     bucket = timedelta(hours=bucket_hours)
     span = local_days(local_day(now), days)

@@ -32,14 +32,13 @@ def new_york_page(browser, live_server, demo_data, browser_errors):
 
 @pytest.fixture
 def saturday_booking():
-    """alice (profile in New York) books 19:00-22:00 New York time on a coming Saturday:
+    """alice (profile in New York) books 19:00-22:00 New York time on the coming Saturday:
     Sunday 00:00-03:00 in UTC."""
     alice = User.objects.get(username="alice")
     alice.time_zone = "America/New_York"
     alice.save()
     today = timezone.now().astimezone(NEW_YORK).date()
-    ahead = (5 - today.weekday()) % 7
-    ahead += 7 if ahead < 2 else 0
+    ahead = (5 - today.weekday()) % 7 or 7  # 1 to 7 days: inside the form's 8-day grid
     start = datetime.combine(today + timedelta(days=ahead), time(19), NEW_YORK)
     return reservation_create(
         team=Team.objects.get(slug="vision"),

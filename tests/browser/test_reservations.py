@@ -411,7 +411,7 @@ def test_member_gets_403_page_for_quotas(page, browser_errors):
     assert response.status == 403
     expect(page.get_by_role("heading", level=1)).to_have_text("403 · Not allowed")
     expect(page.locator("main")).to_contain_text(
-        "Only platform admins and finance can see all quotas."
+        "Only platform admins, unit admins and finance can see quotas."
     )
     expect(page.get_by_test_id("quota-table")).to_have_count(0)
     expect(page.get_by_test_id("nav")).to_be_visible()

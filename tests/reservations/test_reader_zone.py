@@ -21,10 +21,10 @@ NEW_YORK = ZoneInfo("America/New_York")
 
 
 def _saturday_evening_in_new_york() -> datetime:
-    """19:00 New York time on a Saturday 2 to 8 days from now: Sunday in UTC."""
+    """19:00 New York time on a Saturday 1 to 7 days from now (always ahead, and inside the
+    booking form's grid of today and the next 7 days): Sunday in UTC."""
     today = timezone.now().astimezone(NEW_YORK).date()
-    ahead = (5 - today.weekday()) % 7
-    ahead += 7 if ahead < 2 else 0
+    ahead = (5 - today.weekday()) % 7 or 7
     return datetime.combine(today + timedelta(days=ahead), time(19), NEW_YORK)
 
 
