@@ -166,6 +166,6 @@ def test_free_capacity_table_has_aligned_whole_days(client, member, quotas):
     table = page[page.index('data-testid="timeline"') :]
     table = table[: table.index("</table>")]
     rows = re.findall(r"<tr><th scope=\"row\">.*?</tr>", table, re.S)
-    assert len(rows) == 7
+    assert len(rows) == 8  # today and the next 7 days
     assert {row.count("<td") for row in rows} == {8}  # 00:00 to 21:00 in every row
     assert re.findall(r'<th scope="col">(\d\d:\d\d)</th>', table)[0] == "00:00"
