@@ -258,7 +258,13 @@ def test_reconcile_cancels_portal_marked_slurm_jobs_that_no_portal_job_records(s
     assert services.jobs_reconcile()["cancelled"] == []  # too recent: it may still commit
     result = services.jobs_reconcile(older_than=timedelta(0))
     assert result["cancelled"] == [orphan]
-    states = slurm_out(slurm.cluster, "squeue", "-h", "--states=all", "-o", "%i %T")
+
+    def settled():
+        # COMPLETING: Slurm is still stopping the cancelled job's processes.
+        states = slurm_out(slurm.cluster, "squeue", "-h", "--states=all", "-o", "%i %T")
+        return states if f"{orphan} COMPLETING" not in states else None
+
+    states = wait_for(settled, timeout=60, what="the cancelled job to finish stopping")
     assert f"{orphan} CANCELLED" in states or str(orphan) not in states
     assert f"{kept.slurm.slurm_job_id} CANCELLED" not in states
 
