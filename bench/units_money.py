@@ -4,11 +4,14 @@ GROUP BY of the same data in the same run.
 Seeds organisation > 4 departments > 5 groups each (20 units below the departments), 10 teams
 in each group (200 teams), a quota per team and per unit, and November 2026's ledger: every
 team 4 GPU-hour lines a day for 30 days (24,000 lines) at a price that leaves fractions of a
-cent. Times, through Django's test client as a platform admin (median of 5 runs, after one
-warm-up):
+cent; and what the teams hold this week: every team a booking of one GPU now and one on
+Thursday, and a job running outside bookings on another GPU (400 more GPUs). Times, through
+Django's test client as a platform admin (median of 5 runs, after one warm-up):
   (a) the chargeback by unit page (/billing/units/) and its API (/api/v1/chargeback/units/),
       vs one SQL GROUP BY unit of the ledger;
-  (b) the quota page (/quotas/), vs one SQL join of the teams' and units' quotas.
+  (b) the quota page (/quotas/), vs one SQL join of the teams' and units' quotas, and vs a
+      bare Django view (bench/urls.py) that lists the quota rows with each team's GPUs held
+      now in one SQL statement; and how many queries the page makes.
 Target: each under 300 ms.
 
 Run: .venv/bin/python bench/units_money.py
@@ -41,6 +44,7 @@ from bench.common import recreate_database  # noqa: E402
 NOV = datetime(2026, 11, 1, tzinfo=UTC)
 DEPARTMENTS, GROUPS, TEAMS_PER_GROUP = 4, 5, 10
 LINES_PER_DAY, DAYS, GPUS = 4, 30, 64
+HOLDING_GPUS = 400
 PRICE = Decimal("2.3333")
 TARGET_MS = 300
 RUNS = 5
@@ -88,6 +92,9 @@ def seed() -> None:
                 for t in range(TEAMS_PER_GROUP)
             )
     Quota.objects.bulk_create(Quota(team=t, gpu_model=model, guaranteed=0, limit=4) for t in teams)
+    Quota.objects.bulk_create(Quota(team=t, gpu_model=None, guaranteed=0, limit=6) for t in teams)
+    admin = User.objects.create_superuser("bench-admin", "admin@example.org", "x")
+    seed_holdings(model, teams, admin)
     period = BillingPeriod.objects.create(month=date(2026, 11, 1))
     lines = []
     for n, team in enumerate(teams):
@@ -105,7 +112,54 @@ def seed() -> None:
                     )
                 )  # fmt: skip
     LedgerEntry.objects.bulk_create(lines, batch_size=5000)
-    User.objects.create_superuser("bench-admin", "admin@example.org", "x")
+
+
+def seed_holdings(model, teams, user) -> None:
+    """Every team: a booking of one GPU now, one on Thursday, and a job running outside
+    bookings on a GPU of its own (the quota page counts all three)."""
+    from django.utils import timezone
+
+    from apps.fleet.models import Gpu, Node
+    from apps.jobs.choices import JobStatus
+    from apps.jobs.models import Job, JobAllocation
+    from apps.reservations.models import Reservation, ReservationGpu
+
+    now = timezone.now().replace(microsecond=0)
+    nodes = Node.objects.bulk_create(
+        Node(hostname=f"hold-{i:03d}") for i in range(HOLDING_GPUS // 8)
+    )
+    gpus = Gpu.objects.bulk_create(
+        Gpu(node=node, index=i, uuid=f"GPU-{node.hostname}-{i}", model=model)
+        for node in nodes
+        for i in range(8)
+    )
+    spans = [
+        (now - timedelta(hours=1), now + timedelta(hours=2)),
+        (now + timedelta(days=2), now + timedelta(days=2, hours=4)),
+    ]
+    bookings = Reservation.objects.bulk_create(
+        Reservation(
+            team=team, created_by=user, gpu_model=model, count=1, start=s, end=e, status="active"
+        )
+        for team in teams
+        for s, e in spans
+    )
+    ReservationGpu.objects.bulk_create(
+        ReservationGpu(reservation=b, gpu=gpus[n // len(spans)], start=b.start, end=b.end)
+        for n, b in enumerate(bookings)
+    )
+    jobs = Job.objects.bulk_create(
+        Job(
+            team=team, submitted_by=user, argv=["train"], gpu_model=model, gpu_count=1,
+            max_runtime_seconds=8 * 3600, status=JobStatus.RUNNING,
+            started_at=now - timedelta(hours=1),
+        )
+        for team in teams
+    )  # fmt: skip
+    JobAllocation.objects.bulk_create(
+        JobAllocation(job=job, gpu=gpus[len(teams) + n], start=job.started_at)
+        for n, job in enumerate(jobs)
+    )
 
 
 def timed(fn) -> float:
@@ -129,6 +183,7 @@ def raw(sql, params=()):
 
 def main() -> int:
     from django.test import Client
+    from django.test.utils import CaptureQueriesContext
 
     from apps.billing.models import LedgerEntry
     from apps.teams.models import OrgUnit, Team, User
@@ -159,6 +214,7 @@ def main() -> int:
         ("chargeback by unit, API", "/api/v1/chargeback/units/?period=2026-11", UNIT_SQL, month),
         ("quota page", "/quotas/", QUOTA_SQL, []),
     ]
+    bare_ms = timed(page("/bench/bare-quotas/"))
     failed = False
     for name, url, sql, params in checks:
         baseline_ms = timed(raw(sql, params))
@@ -169,6 +225,13 @@ def main() -> int:
             f"{name:28} {ms:8.1f} ms   raw SQL GROUP BY {baseline_ms:6.1f} ms   "
             f"ratio {ms / baseline_ms:6.1f}x   target < {TARGET_MS} ms: {'ok' if ok else 'MISSED'}"
         )
+        if url == "/quotas/":
+            with CaptureQueriesContext(connection) as queries:
+                page(url)()
+            print(
+                f"{'':28} bare Django view {bare_ms:6.1f} ms   ratio {ms / bare_ms:6.1f}x   "
+                f"{len(queries)} queries"
+            )
     body = client.get("/api/v1/chargeback/units/?period=2026-11").json()
     rows = dict(raw(UNIT_SQL, [date(2026, 11, 1)])())
     groups = {row["unit"]: Decimal(row["cost"]) for row in body["units"]}

@@ -38,6 +38,14 @@ QUERIES: dict[str, Query] = {
             answered_by="jobs (running jobs until their maximum runtime)",
         ),
         Query(
+            "teams.busy_intervals",
+            ("start", "end", "teams"),
+            "list of (team_id, gpu_model_name, start_s, end_s): GPUs the teams' running jobs "
+            "hold outside bookings over [start, end)",
+            asked_by="reservations (quota usage of many teams at once)",
+            answered_by="jobs (running jobs until their maximum runtime)",
+        ),
+        Query(
             "gpus.bookings",
             ("start", "end", "gpu_ids"),
             "{gpu_id: {reservation_id, ...}}: the bookings holding each GPU over [start, end) "

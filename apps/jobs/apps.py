@@ -7,7 +7,7 @@ class JobsConfig(AppConfig):
     verbose_name = "GPU jobs"
 
     def ready(self) -> None:
-        from apps.jobs.holdings import job_busy_intervals
+        from apps.jobs.holdings import job_busy_intervals, teams_job_intervals
         from apps.jobs.services import jobs_kill_stale_attempts, jobs_requeue_for_node
         from portal import hooks, queries
 
@@ -17,3 +17,5 @@ class JobsConfig(AppConfig):
         hooks.subscribe("node.back", jobs_kill_stale_attempts)
         # Availability of GPUs for bookings counts the GPUs running jobs hold.
         queries.answer("gpus.busy_intervals", job_busy_intervals)
+        # Quota tables count many teams' running jobs at once.
+        queries.answer("teams.busy_intervals", teams_job_intervals)

@@ -99,21 +99,46 @@ def job_busy_intervals(
     if given), from the allocation's start until the job's maximum runtime ends (or, for a job
     that outran it, until the kill's grace period ends), overlapping [start, end). Answers the
     `gpus.busy_intervals` query of booking availability."""
-    rows = allocations_holding(start, end, gpu_ids=gpu_ids, outside_bookings=True).filter(
-        end__isnull=True, job__status__in=(*ACTIVE_STATUSES, JobStatus.PREEMPTED)
-    )
+    rows = _running_outside_bookings(start, end, gpu_ids=gpu_ids)
     if gpu_model is not None:
         rows = rows.filter(gpu__model=gpu_model)
     if team is not None:
         rows = rows.filter(job__team=team)
-    result = []
+    return [(gpu_id, s, e) for (gpu_id,), s, e in _held_spans(rows, start, ("gpu_id",))]
+
+
+def teams_job_intervals(
+    *, start: datetime, end: datetime, teams
+) -> list[tuple[int, str, int, int]]:
+    """(team_id, gpu_model_name, start_s, end_s) for GPUs held by the `teams`' running jobs
+    outside reservations over [start, end), held as `job_busy_intervals` holds them: in one
+    query for all the teams. Answers the `teams.busy_intervals` query of quota tables."""
+    rows = _running_outside_bookings(start, end).filter(job__team__in=teams)
+    return [
+        (team_id, model, s, e)
+        for (team_id, model), s, e in _held_spans(rows, start, ("job__team_id", "gpu__model__name"))
+    ]
+
+
+def _running_outside_bookings(start: datetime, end: datetime, *, gpu_ids=None):
+    return allocations_holding(start, end, gpu_ids=gpu_ids, outside_bookings=True).filter(
+        end__isnull=True, job__status__in=(*ACTIVE_STATUSES, JobStatus.PREEMPTED)
+    )
+
+
+def _held_spans(rows, start: datetime, fields: tuple[str, ...]):
+    """(the ``fields`` of each allocation, start_s, end_s): from the allocation's start until
+    the job gives the GPU back (``job_held_until``); those that end by ``start`` are left out."""
     now = timezone.now()
     grace = timedelta(seconds=settings.JOBS_KILL_GRACE_SECONDS)
-    for gpu_id, alloc_start, job_start, runtime in rows.values_list(
-        "gpu_id", "start", "job__started_at", "job__max_runtime_seconds"
+    spans = []
+    for *keys, alloc_start, job_start, runtime in rows.values_list(
+        *fields, "start", "job__started_at", "job__max_runtime_seconds"
     ):
         until = job_held_until((job_start or alloc_start) + timedelta(seconds=runtime), now, grace)
         if until <= start:
             continue
-        result.append((gpu_id, math.floor(alloc_start.timestamp()), math.ceil(until.timestamp())))
-    return result
+        spans.append(
+            (tuple(keys), math.floor(alloc_start.timestamp()), math.ceil(until.timestamp()))
+        )
+    return spans

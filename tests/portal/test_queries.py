@@ -38,6 +38,11 @@ def _arguments(name: str, world: dict) -> dict:
             "gpu_model": model,
             "team": None,
         },
+        "teams.busy_intervals": {
+            "start": now,
+            "end": now + timedelta(hours=1),
+            "teams": [team.pk],
+        },
         "gpus.bookings": {
             "start": now,
             "end": None,
@@ -65,6 +70,7 @@ def _arguments(name: str, world: dict) -> dict:
 
 ANSWER_TYPES = {
     "gpus.busy_intervals": list,
+    "teams.busy_intervals": list,
     "gpus.bookings": dict,
     "gpus.leaving_service": dict,
     "quota.usage": dict,
@@ -102,6 +108,32 @@ def test_the_quota_usage_answer_counts_a_booking(world):
     make_booking(team, world["user"], [gpu], now - timedelta(minutes=5), now + timedelta(hours=1))
     (usage,) = queries.ask("quota.usage", quotas=list(Quota.objects.all()), now=now)
     assert usage[Quota.objects.get().pk]["in_use"] == 1
+
+
+def test_the_teams_busy_intervals_answer_names_each_running_jobs_team_and_model(world):
+    from apps.jobs.choices import JobStatus
+    from apps.jobs.models import JobAllocation
+    from tests.factories import JobFactory
+
+    now, team, model = world["now"], world["team"], world["model"]
+    gpu = Gpu.objects.filter(model=model).first()
+    job = JobFactory(
+        team=team,
+        submitted_by=world["user"],
+        status=JobStatus.RUNNING,
+        started_at=now - timedelta(minutes=5),
+        gpu_model=model,
+    )
+    JobAllocation.objects.create(job=job, gpu=gpu, start=now - timedelta(minutes=5))
+    other = TeamFactory(slug="nlp")
+    (found,) = queries.ask(
+        "teams.busy_intervals", start=now, end=now + timedelta(hours=2), teams=[team.pk]
+    )
+    assert [(t, m) for t, m, _, _ in found] == [(team.pk, model.name)]
+    (none,) = queries.ask(
+        "teams.busy_intervals", start=now, end=now + timedelta(hours=2), teams=[other.pk]
+    )
+    assert none == []
 
 
 def test_asking_with_other_arguments_than_declared_is_refused():

@@ -28,6 +28,7 @@ from apps.reservations.selectors.quota import (
     team_holdings,
     team_quota_blocked,
     team_quota_models,
+    teams_holdings,
 )
 
 __all__ = [
@@ -48,5 +49,6 @@ __all__ = [
     "team_holdings",
     "team_quota_blocked",
     "team_quota_models",
+    "teams_holdings",
     "with_figures",
 ]
