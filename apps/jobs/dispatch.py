@@ -189,8 +189,8 @@ def queued_jobs(waiting: list[Job], *, attained: dict[int, float] | None = None)
             preemptions=job.preemption_count,
             attained=attained.get(job.pk, 0.0),
             turn=turns.get(job.pk),
-            # The portal keeps no reclaim clock per job yet: patience counts from submission.
-            reclaim_since=_ts(job.submitted_at),
+            # as the last cycle that found it within its guarantee wrote it (None: not yet)
+            reclaim_since=_ts(job.reclaim_since) if job.reclaim_since else None,
         )
         for job in waiting
     ]
@@ -400,6 +400,7 @@ def _apply(decision: Decision, *, now: datetime, result: CycleResult) -> None:
         updates.append(job)
     Job.objects.bulk_update(updates, ["pending_reason", "pending_message", "estimated_start"])
     result.pending = len(updates)
+    _start_reclaim_clocks(decision, placed=placed)
 
     for preemption in decision.preemptions:
         job = Job.objects.filter(pk=preemption.job_id, status__in=ACTIVE_STATUSES).first()
@@ -407,6 +408,20 @@ def _apply(decision: Decision, *, now: datetime, result: CycleResult) -> None:
             continue
         services.job_preempt(job=job, for_job_id=preemption.for_job_id)
         result.preempted.append(job.pk)
+
+
+def _start_reclaim_clocks(decision: Decision, *, placed: set[int]) -> None:
+    """Keep the reclaim clocks this cycle started (``Decision.reclaim_clocks``) on the jobs
+    still waiting, so the next cycle's fresh state counts each job's patience from the same
+    time, as the replay does. A job keeps its first clock: a cycle never moves it."""
+    by_time: dict[float, list[int]] = {}  # a cycle starts its clocks at its own time: one
+    for job_id, since in decision.reclaim_clocks.items():
+        if job_id not in placed:  # a started job's dispatch ended the wait the clock timed
+            by_time.setdefault(since, []).append(job_id)
+    for since, job_ids in by_time.items():
+        Job.objects.filter(
+            pk__in=job_ids, status__in=WAITING_STATUSES, reclaim_since__isnull=True
+        ).update(reclaim_since=datetime.fromtimestamp(since, tz=UTC))
 
 
 def schedule_cycle(*, now: datetime | None = None) -> CycleResult:

@@ -74,6 +74,12 @@ class Job(models.Model):
     pending_reason = models.CharField(max_length=32, blank=True)
     pending_message = models.CharField(max_length=500, blank=True)
     estimated_start = models.DateTimeField(null=True, blank=True)
+    # When the scheduler first found the waiting job within its team's unused guarantee: its
+    # patience before a reclaim counts from then, not from submission (a job that fits only
+    # once its team's own jobs end must not stop another team's days-old run at once). Kept
+    # between cycles, since each cycle rebuilds the scheduler's state; cleared when it leaves
+    # the queue.
+    reclaim_since = models.DateTimeField(null=True, blank=True)
 
     objects = TeamOwnedQuerySet.as_manager()
 

@@ -67,13 +67,14 @@ def job_transition(job: Job, to: str, *, at: datetime, message: str | None = Non
     status implies: dispatched: dispatched_at (started_at cleared); running: started_at, and
     dispatched_at when no dispatch preceded it (a backend that starts jobs itself); preempted:
     no finished_at; requeued: node, dispatch and start times and exit code cleared for the next
-    attempt; finished: finished_at. Every move clears the pending reason and estimated start
-    (they explain a wait, and a requeued job gets new ones at the next cycle); leaving the queue
+    attempt; finished: finished_at. Every move clears the pending reason, the estimated start
+    and the reclaim clock (they belong to one wait, and a requeued job gets new ones at the
+    next cycle); leaving the queue
     for a node also clears the pending message. `message`, when given, becomes the pending
     message. Does not save: returns the changed fields, for the caller's `update_fields`."""
     if not job_transition_allowed(job.status, to):
         raise IllegalJobTransition(job, to)
-    fields = ["status", "pending_reason", "estimated_start"]
+    fields = ["status", "pending_reason", "estimated_start", "reclaim_since"]
     if to == JobStatus.DISPATCHED:
         job.dispatched_at, job.started_at = at, None
         fields += ["dispatched_at", "started_at"]
@@ -97,6 +98,7 @@ def job_transition(job: Job, to: str, *, at: datetime, message: str | None = Non
     job.status = to
     job.pending_reason = ""
     job.estimated_start = None
+    job.reclaim_since = None
     if message is not None:
         job.pending_message = message
     if "pending_message" not in fields:

@@ -32,7 +32,7 @@ def fleet(nodes: int = 2, per_node: int = 8, model: str = H100, domains=None) ->
 
 
 def job(job_id, team="vision", count=1, *, model=H100, runtime=3600.0, age=0.0, **kw):
-    # as the live portal queues it: its reclaim clock runs from submission
+    # a job within its guarantee since its submission: its reclaim clock runs from then
     kw.setdefault("reclaim_since", NOW - age)
     return QueuedJob(job_id, team, model, count, runtime, NOW - age, **kw)
 

@@ -36,6 +36,7 @@ def job_in(status, **fields) -> Job:
         "pending_reason": "quota",
         "pending_message": "Waiting for quota.",
         "estimated_start": AT + timedelta(hours=1),
+        "reclaim_since": BEFORE,
         "node": Node(pk=1, hostname="gpu-01"),
     }
     values.update(fields)
@@ -92,7 +93,10 @@ def test_dispatch_stamps_the_dispatch_and_ends_the_wait(src):
     fields = job_transition(job, JobStatus.DISPATCHED, at=AT)
     assert (job.status, job.dispatched_at, job.started_at) == (JobStatus.DISPATCHED, AT, None)
     assert (job.pending_reason, job.pending_message, job.estimated_start) == ("", "", None)
-    assert {"status", "dispatched_at", "started_at", "pending_message"} <= set(fields)
+    assert job.reclaim_since is None  # the wait its guarantee's clock timed is over
+    assert {"status", "dispatched_at", "started_at", "pending_message", "reclaim_since"} <= set(
+        fields
+    )
 
 
 def test_start_after_a_dispatch_keeps_the_dispatch_time():
@@ -114,7 +118,7 @@ def test_requeue_clears_the_attempt_for_the_next_one():
     fields = job_transition(job, JobStatus.REQUEUED, at=AT, message="Requeued (node lost).")
     assert job.status == JobStatus.REQUEUED
     assert (job.node, job.dispatched_at, job.started_at, job.exit_code) == (None, None, None, None)
-    assert job.finished_at is None
+    assert job.finished_at is None and job.reclaim_since is None  # a new wait, a new clock
     assert job.pending_message == "Requeued (node lost)."
     assert {"node", "dispatched_at", "started_at", "exit_code", "pending_message"} <= set(fields)
 
@@ -131,7 +135,7 @@ def test_an_end_stamps_finished_at_and_keeps_the_run_times(end):
     fields = job_transition(job, end, at=AT)
     assert (job.status, job.finished_at) == (end, AT)
     assert (job.dispatched_at, job.started_at, job.exit_code) == (BEFORE, BEFORE, 3)
-    assert (job.pending_reason, job.estimated_start) == ("", None)
+    assert (job.pending_reason, job.estimated_start, job.reclaim_since) == ("", None, None)
     assert "finished_at" in fields
 
 
@@ -161,8 +165,10 @@ def test_the_fields_returned_save_the_whole_move(team, member):
         pending_reason="quota",
         pending_message="Waiting for quota.",
         estimated_start=AT,
+        reclaim_since=BEFORE,
     )
     job.save(update_fields=job_transition(job, JobStatus.RUNNING, at=AT))
     job.refresh_from_db()
     assert (job.status, job.started_at, job.dispatched_at) == (JobStatus.RUNNING, AT, AT)
     assert (job.pending_reason, job.pending_message, job.estimated_start) == ("", "", None)
+    assert job.reclaim_since is None

@@ -264,6 +264,9 @@ class _Replay:
             run = running_from(q, placement.gpu_ids, model, at, placement.over_quota)
         self.running[j.job_id] = run
         rec.attempts += 1
+        # The clock timed this wait; a preempted attempt's next wait starts its own (as the
+        # live portal clears ``Job.reclaim_since`` when a job leaves the queue).
+        rec.reclaim_since = None
         if rec.first_start is None:
             rec.first_start = at
         rec.final_start = at
