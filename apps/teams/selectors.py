@@ -1,9 +1,12 @@
 from collections import defaultdict
 from datetime import datetime
+from functools import reduce
+from operator import or_
 
 from django.db.models import Count, Q, QuerySet
 from django.utils import timezone
 
+from apps.audit.selectors import audit_event_list
 from apps.fleet.models import Gpu, GpuModel
 from apps.teams.choices import GlobalRole, TeamRole
 from apps.teams.models import Membership, OrgUnit, Quota, Team, UnitMembership, UnitQuota, User
@@ -144,6 +147,47 @@ def guarantee_pressure() -> list[dict]:
             }
         )
     return result
+
+
+def unit_envelopes(*, units) -> list[dict]:
+    """Per quota row of ``units`` (ordered by unit path, then model; any-model rows last): the
+    unit's guarantee and limit, and how much of its guarantee the teams and child units
+    directly below it are guaranteed (the envelope rule caps that at the guarantee). What a
+    unit admin's quota page shows instead of the fleet's sums."""
+    units = {unit.pk: unit for unit in units}
+    if not units:
+        return []
+    tree = org_tree()
+    names = dict(OrgUnit.objects.values_list("pk", "name"))
+    below = _guaranteed_directly_below(units)
+    rows = []
+    for row in UnitQuota.objects.filter(unit__in=units).select_related("gpu_model"):
+        used = below.get((row.unit_id, row.gpu_model_id), 0)
+        rows.append(
+            {
+                "unit": units[row.unit_id],
+                "path": " / ".join(names[pk] for pk in tree.path(row.unit_id)),
+                "gpu_model": row.gpu_model,
+                "guaranteed": row.guaranteed,
+                "limit": row.limit,
+                "guaranteed_below": used,
+                "overcommitted": used > row.guaranteed,
+            }
+        )
+    rows.sort(key=lambda r: (r["path"], r["gpu_model"] is None, str(r["gpu_model"] or "")))
+    return rows
+
+
+def quota_history(*, teams=None) -> QuerySet:
+    """The audit events of team quotas, newest first: of ``teams`` only when given (their
+    rows as they are and those since deleted, named by the team's slug)."""
+    events = audit_event_list(object_type="teams.quota")
+    if teams is None:
+        return events
+    slugs = [team.slug for team in teams]
+    if not slugs:
+        return events.none()
+    return events.filter(reduce(or_, (Q(object_repr__startswith=f"{slug}/") for slug in slugs)))
 
 
 def member_figures(*, team: Team, viewer) -> dict[int, dict]:

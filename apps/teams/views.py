@@ -7,7 +7,6 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
-from apps.audit.selectors import audit_event_list
 from apps.fleet.models import GpuModel
 from apps.teams import selectors, services
 from apps.teams.choices import TeamRole
@@ -179,7 +178,9 @@ def _posted_quota(form: QuotaForm, rows: list[dict]) -> dict | None:
 @login_required
 def quota_admin_view(request):
     """Platform admins edit quotas inline, unit admins those of the teams below their units;
-    finance reads. Over-committed guarantees warn."""
+    finance reads. Platform admins and finance see the fleet's guarantees against its
+    capacity; a unit admin sees their units' envelopes and only their teams' rows and
+    history. Over-committed guarantees warn."""
     editable = Team.objects.filter(unit__in=OrgUnit.objects.managed_by(request.user)).order_by(
         "slug"
     )
@@ -215,7 +216,8 @@ def quota_admin_view(request):
     for row in rows:
         row["editable"] = row["team"].slug in editable_slugs
     new_posted = _posted_quota(form, rows) if form.is_bound and form.errors else None
-    pressure = selectors.guarantee_pressure()
+    # The fleet's sums are for those who see every team; a unit admin sees their envelopes.
+    pressure = selectors.guarantee_pressure() if sees_all else []
     for row in pressure:
         if row["overcommitted"]:
             messages.warning(
@@ -223,6 +225,17 @@ def quota_admin_view(request):
                 f"Guarantees for {row['gpu_model'].name} add up to "
                 f"{format_count(row['guaranteed'], 'GPU')}, "
                 f"more than the {row['capacity']} healthy ones: not every guarantee can be met.",
+            )
+    envelopes = []
+    if not is_platform_admin(request.user):
+        envelopes = selectors.unit_envelopes(units=OrgUnit.objects.managed_by(request.user))
+    for row in envelopes:
+        if row["overcommitted"]:
+            messages.warning(
+                request,
+                f"{row['unit'].name} guarantees {format_count(row['guaranteed'], 'GPU')} of "
+                f"{row['gpu_model'].name if row['gpu_model'] else 'all GPU models'}, but what "
+                f"sits directly below it is guaranteed {row['guaranteed_below']}.",
             )
     return render(
         request,
@@ -232,10 +245,12 @@ def quota_admin_view(request):
             "new_posted": new_posted,
             "form": form,
             "can_edit": can_edit,
+            "sees_all": sees_all,
             "pressure": pressure,
+            "envelopes": envelopes,
             "teams": editable if can_edit else Team.objects.none(),
             "gpu_models": GpuModel.objects.order_by("name"),
-            "history": audit_event_list(object_type="teams.quota")[:20],
+            "history": selectors.quota_history(teams=None if sees_all else editable)[:20],
         },
     )
 
