@@ -183,25 +183,14 @@ def booked_by_day(*, team, since: datetime, until: datetime, now: datetime) -> d
     return by_day
 
 
-def team_spent(*, team, period: BillingPeriod) -> Decimal:
-    """The team's charges in the period in cents, rounded as the statement and exports round
-    them (so the budgets page and the statement show the same spend)."""
-    from apps.billing.exports import team_totals
-
-    if period.pk is None:
-        return ZERO
-    for row in team_totals(period):
-        if row["team_id"] == team.pk:
-            return row["cost"]
-    return ZERO
-
-
 def forecast(*, team, period: BillingPeriod, now: datetime, window_days: int | None = None):
     """The team's month (see the module docstring)."""
     window_days = window_days or settings.BILLING_FORECAST_DAYS
     start, end = month_bounds(period.month)
     budget = Budget.objects.filter(team=team, period_id=period.pk).first() if period.pk else None
-    spent = team_spent(team=team, period=period)
+    from apps.billing.selectors import team_spend
+
+    spent = team_spend(team=team, period=period)
     today = now.astimezone(UTC).date()
     daily = daily_charges(team=team, start=today - timedelta(days=window_days), end=today)
     rate, low, high = run_rate(daily)

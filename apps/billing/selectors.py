@@ -3,7 +3,7 @@
 from datetime import date, datetime, timedelta
 from decimal import Decimal
 
-from django.db.models import Q, QuerySet
+from django.db.models import F, Q, QuerySet
 from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
@@ -48,12 +48,36 @@ def ledger_for_period(period: BillingPeriod) -> QuerySet[LedgerEntry]:
     return LedgerEntry.objects.filter(period_id=period.pk)
 
 
+def charged_by_team(period: BillingPeriod | None) -> dict[int | None, Decimal]:
+    """What each team (None: the platform) has been charged in the period so far, in cents, as
+    every statement and export shows it: the sum of its rounded lines.
+
+    Exports round the month's lines on one running total in their fixed order (teams by slug,
+    the platform last), so a team's rounded lines add up to cents(total before it + its own)
+    - cents(total before it). One GROUP BY gives every team's exact total; walking them in that
+    order gives the same cents as the exports, without reading a line."""
+    if period is None or period.pk is None:
+        return {}
+    from apps.billing.exports.lines import cents
+
+    rows = (
+        ledger_for_period(period)
+        .values("team_id", "team__slug")
+        .annotate(exact=ExactSum("cost"))
+        .order_by(F("team__slug").asc(nulls_last=True))
+    )
+    charged, before = {}, Decimal(0)
+    for row in rows:
+        exact = row["exact"] or Decimal(0)
+        charged[row["team_id"]] = cents(before + exact) - cents(before)
+        before += exact
+    return charged
+
+
 def team_spend(*, team, period: BillingPeriod | None) -> Decimal:
-    """Everything charged to the team in the period so far (usage and adjustments)."""
-    if period is None:
-        return Decimal(0)
-    total = ledger_for_period(period).filter(team=team).aggregate(total=ExactSum("cost"))["total"]
-    return total or Decimal(0)
+    """Everything charged to the team in the period so far (usage and adjustments), in cents
+    as the statement shows it (`charged_by_team`)."""
+    return charged_by_team(period).get(team.pk, Decimal(0))
 
 
 def usage_totals(period: BillingPeriod) -> dict:
@@ -110,12 +134,13 @@ def budget_team_ids(budget: Budget, *, tree: OrgTree | None = None) -> list[int]
     return sorted((tree or org_tree()).teams_under(budget.unit_id))
 
 
-def teams_spend(*, team_ids, period: BillingPeriod | None) -> Decimal:
-    """Everything charged to these teams together in the period so far (exact)."""
-    if period is None:
-        return Decimal(0)
-    rows = ledger_for_period(period).filter(team_id__in=list(team_ids))
-    return rows.aggregate(total=ExactSum("cost"))["total"] or Decimal(0)
+def teams_spend(*, team_ids, period: BillingPeriod | None, charged: dict | None = None) -> Decimal:
+    """Everything charged to these teams together in the period so far: the sum of their
+    charges as each team's statement shows it (`charged_by_team`; pass `charged` when it is
+    already read)."""
+    if charged is None:
+        charged = charged_by_team(period)
+    return sum((charged.get(team_id, Decimal(0)) for team_id in team_ids), Decimal(0))
 
 
 def budget_spend(budget: Budget, *, tree: OrgTree | None = None) -> Decimal:

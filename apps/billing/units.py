@@ -9,17 +9,20 @@ from django.db.models import F, Sum
 
 from apps.billing.models import BillingPeriod, Budget, LedgerEntry
 from apps.billing.money import ExactSum
-from apps.billing.selectors import booked_cost, budget_team_ids, teams_spend
+from apps.billing.selectors import booked_cost, budget_team_ids, charged_by_team, teams_spend
 from apps.teams.models import OrgUnit
 from apps.teams.org_tree import OrgTree
 from apps.teams.selectors import org_tree
 
 
-def unit_budget_state(budget: Budget, *, now: datetime, tree: OrgTree | None = None) -> dict:
-    """Spent, booked ahead and left of a unit's budget, over every team below the unit."""
+def unit_budget_state(
+    budget: Budget, *, now: datetime, tree: OrgTree | None = None, charged: dict | None = None
+) -> dict:
+    """Spent, booked ahead and left of a unit's budget, over every team below the unit (spent:
+    the sum of the teams' charges, `charged_by_team`, read here unless given)."""
     tree = tree or org_tree()
     team_ids = budget_team_ids(budget, tree=tree)
-    spent = teams_spend(team_ids=team_ids, period=budget.period)
+    spent = teams_spend(team_ids=team_ids, period=budget.period, charged=charged)
     booked = booked_cost(team_ids=team_ids, period=budget.period, now=now)
     left = budget.amount - spent
     return {
@@ -40,7 +43,7 @@ def unit_budget_rows(*, user, period: BillingPeriod, now: datetime) -> list[dict
     state and alerts, in path order."""
     if period.pk is None:
         return []
-    tree = org_tree()
+    tree, charged = org_tree(), charged_by_team(period)
     budgets = (
         Budget.objects.for_user(user)
         .filter(period_id=period.pk, unit__isnull=False)
@@ -48,7 +51,10 @@ def unit_budget_rows(*, user, period: BillingPeriod, now: datetime) -> list[dict
         .prefetch_related("alerts")
     )
     rows = [
-        {**unit_budget_state(b, now=now, tree=tree), "alerts": list(b.alerts.all())}
+        {
+            **unit_budget_state(b, now=now, tree=tree, charged=charged),
+            "alerts": list(b.alerts.all()),
+        }
         for b in budgets
     ]
     return sorted(rows, key=lambda row: row["unit_path"])

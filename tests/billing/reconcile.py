@@ -52,7 +52,20 @@ def format_totals(period) -> dict[str, dict[str, Decimal]]:
     assert detail[-1][0] == exports.TOTAL_LABEL  # the totals row: formulas, not a line
     result["xlsx"] = _by_team((row[team], row[cost]) for row in detail[1:-1])
     result["statement"] = {s.team.slug: s.total for s in statements.team_statements(period)}
+    result["charged"] = _charged_by_slug(period)
     return result
+
+
+def _charged_by_slug(period) -> dict[str, Decimal]:
+    """What the home page, budgets and forecasts show as each team's spend
+    (`charged_by_team`), by sub-account."""
+    from apps.billing.choices import PLATFORM_COST_CENTER
+    from apps.billing.selectors import charged_by_team
+    from apps.teams.models import Team
+
+    slugs = dict(Team.objects.values_list("pk", "slug"))
+    charged = charged_by_team(period).items()
+    return {slugs[team] if team else PLATFORM_COST_CENTER: cost for team, cost in charged}
 
 
 def page_totals(period) -> dict[str, Decimal]:

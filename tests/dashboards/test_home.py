@@ -73,3 +73,34 @@ def test_home_booking_times_name_their_zone(member, team, fleet):
     html = home(member)
     text = f"{start:%b} {start.day}, {start.year}, 09:00 UTC"
     assert f'<time datetime="{start.isoformat()}" data-style="datetime">{text}</time>' in html
+
+
+def test_home_spend_is_the_statements_running_total_cents(member, team, other_team):
+    """Exports round the month's lines on one running total (teams by slug), so a team's
+    charge can differ by a cent from its own exact total rounded. The home page, the
+    forecast and the budget check show the statement's figure, not the other one."""
+    from datetime import UTC, datetime, time
+    from decimal import Decimal
+
+    from apps.billing.choices import ChargeSource
+    from apps.billing.forecast import forecast
+    from apps.billing.models import BillingPeriod, LedgerEntry
+    from apps.billing.periods import month_start
+    from apps.billing.selectors import teams_spend
+    from apps.billing.statements import team_statements
+
+    now = timezone.now()
+    period = BillingPeriod.objects.get_or_create(month=month_start(now))[0]
+    moment = datetime.combine(month_start(now), time(), tzinfo=UTC)
+    for index, charged in enumerate((other_team, team)):  # nlp is exported before vision
+        LedgerEntry.objects.create(
+            period=period, team=charged, source=ChargeSource.JOB, source_id=index + 1,
+            slice_start=moment, slice_end=moment + timedelta(minutes=1), gpu_seconds=60,
+            gpu_cost=Decimal("0.004"), cost=Decimal("0.004"),
+        )  # fmt: skip
+    statement = {s.team.slug: s.total for s in team_statements(period)}
+    # 0.004 alone rounds to 0.00; after nlp's 0.004 the running total reaches 0.01.
+    assert statement == {"nlp": Decimal("0.00"), "vision": Decimal("0.01")}
+    assert 'data-testid="home-spend">0.01 USD</strong>' in home(member)
+    assert forecast(team=team, period=period, now=now).spent == Decimal("0.01")
+    assert teams_spend(team_ids=[team.pk, other_team.pk], period=period) == Decimal("0.01")

@@ -18,6 +18,7 @@ from apps.billing.selectors import (
     budget_spend,
     budget_team_ids,
     budgets_on_path,
+    charged_by_team,
     nearest_first,
     period_for_month,
     teams_spend,
@@ -224,9 +225,10 @@ def _check_month_budget(
     # A free booking (no price yet) never spends anything, whatever the budget state.
     if cost <= 0:
         return
+    charged = charged_by_team(period)
     for budget in blocking:
         team_ids = budget_team_ids(budget, tree=tree)
-        spent = teams_spend(team_ids=team_ids, period=period)
+        spent = teams_spend(team_ids=team_ids, period=period, charged=charged)
         booked = booked_cost(team_ids=team_ids, period=period, now=now)
         left = budget.amount - spent - booked
         if cost <= left:

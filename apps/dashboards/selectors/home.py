@@ -2,6 +2,7 @@
 
 from collections import defaultdict
 from datetime import datetime
+from decimal import Decimal
 
 from django.db.models import Count
 from django.utils import timezone
@@ -39,7 +40,8 @@ def home_summary(user, *, now: datetime | None = None) -> dict:
     ):
         jobs[team_id][JobStatus.RUNNING if status == JobStatus.RUNNING else JobStatus.QUEUED] += n
     period = billing.period_for_month(month_start(now))
-    spend = {t.pk: billing.team_spend(team=t, period=period) for t in own}
+    charged = billing.charged_by_team(period)
+    spend = {t.pk: charged.get(t.pk, Decimal(0)) for t in own}
     quotas = defaultdict(list)
     for q in Quota.objects.filter(team__in=own).select_related("gpu_model"):
         quotas[q.team_id].append(q)
