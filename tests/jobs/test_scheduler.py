@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -292,6 +294,24 @@ def test_a_job_preempted_max_times_yields_last_but_never_blocks_a_reclaim():
     state = ClusterState(NOW, fleet(2, 8), [job(1, count=2)], [protected, other],
                          quotas=quotas(g=4))  # fmt: skip
     assert [p.job_id for p in schedule(state).preemptions] == [11]
+
+
+def test_past_its_patience_a_reclaim_spares_a_job_preempted_max_times_while_others_can_yield():
+    # Both nlp jobs would lose more than the budget (half of 2 GPUs x 1 h); the job preempted
+    # twice already would lose less, yet the other stops: the cap on preemptions per job goes
+    # last, after the loss budget.
+    twice = RunningJob(10, "nlp", H100, tuple(range(8)), NOW - 2000, 36_000.0,
+                       PriorityClass.OVER_QUOTA, True, preemptions=2)  # fmt: skip
+    once = RunningJob(11, "nlp", H100, tuple(range(8, 16)), NOW - 9000, 36_000.0,
+                      PriorityClass.OVER_QUOTA, True, preemptions=1)  # fmt: skip
+    state = ClusterState(NOW, fleet(2, 8), [job(1, count=2, age=600)], [twice, once],
+                         quotas=quotas(g=4))  # fmt: skip
+    assert [(p.job_id, p.gpu_seconds_lost) for p in schedule(state).preemptions] == [
+        (11, 8 * 9000.0)
+    ]
+    # A job that resumes from its checkpoint loses nothing by stopping once more: it goes first.
+    state.running = [dataclasses.replace(twice, checkpointable=True), once]
+    assert [(p.job_id, p.gpu_seconds_lost) for p in schedule(state).preemptions] == [(10, 0.0)]
 
 
 def test_no_preemption_unless_the_waiting_job_then_starts_at_once():

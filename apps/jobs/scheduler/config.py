@@ -41,7 +41,8 @@ class SchedulerConfig:
     # A job runs at least this long before it may be preempted (Slurm's PreemptExemptTime).
     preempt_min_runtime_seconds: float = 1800.0
     # A job preempted this many times is preempted again only when no other victims can free
-    # the GPUs a guarantee needs back.
+    # the GPUs a guarantee needs back (one that resumes from its checkpoint, losing nothing,
+    # as soon as the loss budget is set aside, after the waiting job's patience).
     max_preemptions_per_job: int = 2
     # Victims throwing away at most this times what the waiting job asked for (GPUs x max
     # runtime) come first: a notebook stops a day-old 64-GPU training run only when nothing

@@ -2,7 +2,8 @@
 gets the over-quota GPUs of other teams back once those jobs have run their minimum runtime.
 The bounds (the loss budget, the cap on preemptions per job) choose *which* victims: victims
 within them are taken first, and only when no such set frees the GPUs are the others taken,
-cheapest first, so a bound never vetoes a reclaim. Only when the waiting job then starts at
+cheapest first (jobs at the cap, unless they resume from a checkpoint, only when nothing else
+frees the GPUs), so a bound never vetoes a reclaim. Only when the waiting job then starts at
 once, victims losing the least GPU-time. A mixin of ``Engine``: it reads the engine's state."""
 
 from __future__ import annotations
@@ -206,7 +207,8 @@ class PreemptionMixin:
     def _preempt_for(self, cand: Candidate) -> bool:
         """Stop the victims that let ``cand`` start now and place it; False (nothing changed)
         when no set of eligible victims frees enough GPUs. Victims within the bounds first
-        (unprotected, losing at most the budget), else any eligible ones, cheapest first."""
+        (unprotected, losing at most the budget); past the job's patience any unprotected
+        ones (and protected ones that lose nothing), cheapest first; only then the others."""
         job = cand.job
         # GPU-seconds the victims may lose together, relative to the work the job brings.
         budget = self.config.preempt_max_lost_ratio * job.gpu_count * job.max_runtime
@@ -215,18 +217,31 @@ class PreemptionMixin:
         if chosen is None and self.now < patience_at:
             self._patience_until = min(self._patience_until, patience_at)
         elif chosen is None:
-            saved = self.eligible
-            self.eligible = sorted(
-                [*saved, *self.protected],
-                key=lambda r: (self._loss[r.job_id], len(r.gpu_ids), -r.started_at, r.job_id),
-            )
-            try:
-                chosen = self._victims(cand, math.inf)
-            finally:
-                self.eligible = saved
+            # Past its patience the loss budget goes first, then the cap on preemptions per
+            # job: a job preempted the most times already stops again only when no other
+            # victims free the GPUs, unless it resumes from its checkpoint (it loses nothing).
+            lossless = [r for r in self.protected if not self._loss[r.job_id]]
+            chosen = self._victims_with(cand, lossless)
+            if chosen is None and len(lossless) < len(self.protected):
+                chosen = self._victims_with(cand, self.protected)
         if not chosen:
             return False
         return self._preempt_and_place(cand, chosen)
+
+    def _victims_with(self, cand: Candidate, protected: list[RunningJob]):
+        """``_victims`` without a loss budget, taking ``protected`` jobs too, all cheapest
+        first."""
+        if not protected:
+            return self._victims(cand, math.inf)
+        saved = self.eligible
+        self.eligible = sorted(
+            [*saved, *protected],
+            key=lambda r: (self._loss[r.job_id], len(r.gpu_ids), -r.started_at, r.job_id),
+        )
+        try:
+            return self._victims(cand, math.inf)
+        finally:
+            self.eligible = saved
 
     def _reclaim_since(self, job) -> float:
         """When the job's reclaim clock started (``QueuedJob.reclaim_since``); a job without
