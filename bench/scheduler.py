@@ -6,7 +6,10 @@
     ratio.
 (b) Replays the loaded synthetic trace of ``bench/tracegen.py`` (84,000 jobs, 15 teams, three
     of them small) on 64 x 8 GPUs, and (c) the Alibaba openb pod list on the number of 8-GPU
-    nodes it loads to about 75 % on average (teams = its QoS classes). For each: the floor (a
+    nodes it loads to about 75 % on average over its 149 days (teams = its QoS classes), and
+    with ``--alibaba-fleet busy-month`` (or ``both``) on the nodes its last 30 days load to
+    about 75 % (90 % of its pods arrive then: the average sizing runs that month about 2x
+    overloaded). For each: the floor (a
     minimal heap-based FIFO simulation written here, fastest of three runs); every policy
     (fairshare with each spare order and with borrowed work packed apart, fifo, sjf told the
     runtime limits users give) and the
@@ -18,7 +21,10 @@
     job, GPU-hours lost <= 2 %, wall time <= 2 x the floor (the aim). On the Alibaba trace
     also what a duration-blind ideal reaches (preemptive Tiresias LAS, preemption free).
 
-Run: .venv/bin/python bench/scheduler.py [--skip-replay] [--replay-jobs N] [--seed S]
+Run: .venv/bin/python bench/scheduler.py [--skip-cycle] [--skip-replay] [--replay-jobs N]
+    [--seed S] [--policies fairshare,...] [--alibaba-fleet average|busy-month|both]
+(``--policies``: the policies of ``POLICIES`` to replay, beside the oracle SJF, which always
+runs; a short run: ``--skip-cycle --replay-jobs 30000 --policies fairshare``.)
 """
 
 from __future__ import annotations
@@ -269,10 +275,42 @@ def timed(fn, *args, **kwargs):
     return result, time.perf_counter() - wall, time.process_time() - cpu
 
 
-def replay_case(label: str, jobs, gpus, nodes: int, per_node: int, ideal: bool = False) -> dict:
+def target_cells(result, metrics, oracle: float, wall: float, floor: float) -> list:
+    """Each target of the guarantee issue as (text with its number, met)."""
+    r, m = result, metrics
+    return [
+        (f"p99 {m.guarantee_wait_p99 / 60:6.1f} min", m.guarantee_wait_p99 <= WAIT_P99_TARGET),
+        (f"worse off {len(m.worse_off_teams):2d}", not m.worse_off_teams),
+        (f"JCT {r.avg_jct / oracle:5.2f}x", r.avg_jct <= JCT_TARGET * oracle),
+        (f"preempt {r.preemptions / max(1, r.jobs):.4f}",
+         r.preemptions <= PREEMPTIONS_TARGET * r.jobs),
+        (f"lost {r.gpu_hours_lost / max(1e-9, r.gpu_hours_delivered):5.2%}",
+         r.gpu_hours_lost <= LOST_TARGET * r.gpu_hours_delivered),
+        (f"wall {wall / floor:5.2f}x", wall <= FLOOR_TARGET * floor),
+    ]  # fmt: skip
+
+
+def format_cells(cells: list) -> str:
+    met = sum(ok for _, ok in cells)
+    return (
+        " | ".join(f"{text} {'met' if ok else 'MISSED'}" for text, ok in cells)
+        + f" | {met}/{len(cells)} met"
+    )
+
+
+def replay_case(
+    label: str,
+    jobs,
+    gpus,
+    nodes: int,
+    per_node: int,
+    ideal: bool = False,
+    policies: tuple[str, ...] | None = None,
+) -> dict:
     """Every policy of ``POLICIES`` and the oracle SJF on one trace: wall and CPU time against
     the floor, the metrics table, what each team sees (guarantee wait, shared vs alone, rho)
-    and, per policy, each target of the guarantee issue met or missed, with its number."""
+    and, per policy, each target of the guarantee issue met or missed, with its number.
+    ``policies``: the names of ``POLICIES`` to replay (default all); the oracle always runs."""
     from apps.jobs.scheduler import SchedulerConfig
     from apps.jobs.scheduler.replay import format_table, simulate
     from apps.jobs.scheduler.team_metrics import format_team_metrics, team_metrics
@@ -288,7 +326,8 @@ def replay_case(label: str, jobs, gpus, nodes: int, per_node: int, ideal: bool =
         f"avg JCT {floors[0][0][1] / 3600:.2f} h"
     )
     results, walls, cpus = {}, {}, {}
-    runs = [(name, policy, order, "classes") for name, policy, order in POLICIES]
+    chosen = [p for p in POLICIES if policies is None or p[0] in policies]
+    runs = [(name, policy, order, "classes") for name, policy, order in chosen]
     runs.append((ORACLE, "sjf", "share", "exact"))
     for name, policy, order, limits in runs:
         config = SchedulerConfig(spare_order=order, pack_borrowed=name == "fs packed")
@@ -301,65 +340,108 @@ def replay_case(label: str, jobs, gpus, nodes: int, per_node: int, ideal: bool =
             f"{walls[name] / floor:5.2f}x, CPU {cpus[name] / floor_cpu:5.2f}x",
             flush=True,
         )
-    print(format_table({n: results[n] for n in ("fairshare", "fifo", "sjf", ORACLE)}))
+    print(
+        format_table({n: results[n] for n in ("fairshare", "fifo", "sjf", ORACLE) if n in results})
+    )
     metrics = {name: team_metrics(result, quotas) for name, result in results.items()}
-    print("  what teams see (guarantee wait, avg JCT shared vs alone, rho = JCT shared / alone):")
-    print(format_team_metrics({"fairshare": metrics["fairshare"]}))
+    if "fairshare" in metrics:
+        print("  what teams see (guarantee wait, avg JCT shared vs alone, rho = shared / alone):")
+        print(format_team_metrics({"fairshare": metrics["fairshare"]}))
     oracle = results[ORACLE].avg_jct
     print(
         f"  targets per policy (wait p99 <= {WAIT_P99_TARGET / 60:.0f} min | 0 teams worse off "
         f"| JCT <= {JCT_TARGET} x oracle SJF | preemptions <= {PREEMPTIONS_TARGET} / job | "
         f"lost <= {LOST_TARGET:.0%} | wall <= {FLOOR_TARGET:.0f} x floor, the aim):"
     )
-    for name, *_ in POLICIES:
-        r, m = results[name], metrics[name]
-        cells = [
-            (f"p99 {m.guarantee_wait_p99 / 60:6.1f} min", m.guarantee_wait_p99 <= WAIT_P99_TARGET),
-            (f"worse off {len(m.worse_off_teams):2d}", not m.worse_off_teams),
-            (f"JCT {r.avg_jct / oracle:5.2f}x", r.avg_jct <= JCT_TARGET * oracle),
-            (f"preempt {r.preemptions / max(1, r.jobs):.4f}",
-             r.preemptions <= PREEMPTIONS_TARGET * r.jobs),
-            (f"lost {r.gpu_hours_lost / max(1e-9, r.gpu_hours_delivered):5.2%}",
-             r.gpu_hours_lost <= LOST_TARGET * r.gpu_hours_delivered),
-            (f"wall {walls[name] / floor:5.2f}x", walls[name] <= FLOOR_TARGET * floor),
-        ]  # fmt: skip
-        met = sum(ok for _, ok in cells)
-        print(
-            f"    {name:11s} "
-            + " | ".join(f"{text} {'met' if ok else 'MISSED'}" for text, ok in cells)
-            + f" | {met}/{len(cells)} met"
-        )
-    if ideal:
+    for name, *_ in chosen:
+        cells = target_cells(results[name], metrics[name], oracle, walls[name], floor)
+        print(f"    {name:11s} {format_cells(cells)}")
+    if ideal and "fairshare" in results:
         best = ideal_las(jobs, nodes, per_node)
         print(
             f"  duration-blind ideal (preemptive Tiresias LAS, preemption free, no teams): avg "
             f"JCT {best / 3600:.2f} h = {best / oracle:.2f} x the oracle SJF; fairshare "
             f"{results['fairshare'].avg_jct / best:.2f} x this ideal"
         )
-    return {"results": results, "walls": walls, "floor": floor, "metrics": metrics}
+    return {
+        "results": results,
+        "walls": walls,
+        "floor": floor,
+        "metrics": metrics,
+        "oracle": oracle,
+        "policies": [name for name, *_ in chosen],
+    }
 
 
-def bench_replay(max_jobs: int, seed: int) -> None:
+def average_nodes(jobs, per_node: int = 8, load: float = 0.75) -> int:
+    """Nodes the trace loads to about ``load`` on average: GPU-seconds asked / (submission
+    span x GPUs per node x load)."""
+    span = max(j.submit for j in jobs) - min(j.submit for j in jobs)
+    asked = sum(j.gpus * j.duration for j in jobs)
+    return max(1, round(asked / (span * per_node * load)))
+
+
+BUSY_DAYS = 30
+
+
+def busy_month_nodes(jobs, per_node: int = 8, load: float = 0.75, days: int = BUSY_DAYS) -> int:
+    """Nodes the trace's last ``days`` days load to about ``load``: the GPU-seconds its jobs
+    would run in that window if each started on arrival (jobs that arrived earlier and still
+    run included) / (window x GPUs per node x load)."""
+    end = max(j.submit for j in jobs)
+    start = end - days * 86400.0
+    busy = sum(
+        j.gpus * max(0.0, min(j.submit + j.duration, end) - max(j.submit, start)) for j in jobs
+    )
+    return max(1, round(busy / (days * 86400.0 * per_node * load)))
+
+
+ALIBABA_FLEETS = ("average", "busy-month", "both")
+
+
+def bench_replay(
+    max_jobs: int,
+    seed: int,
+    policies: tuple[str, ...] | None = None,
+    alibaba_fleet: str = "average",
+) -> None:
     from apps.jobs.scheduler.trace import load_alibaba_pods, parse_fleet
     from bench.tracegen import generate
 
     jobs, summary = generate(jobs=max_jobs, seed=seed)
     print(f"synthetic trace (bench/tracegen.py, seed {seed}): {summary}")
-    replay_case("synthetic trace", jobs, parse_fleet("64x8:GPU"), 64, 8)
+    replay_case("synthetic trace", jobs, parse_fleet("64x8:GPU"), 64, 8, policies=policies)
     pods = TRACES / "alibaba_openb_pod_list_default.csv"
     if not pods.exists():
         print(f"(c) skipped: {pods} not found")
         return
     pod_jobs = load_alibaba_pods(pods).jobs
-    # A fleet the pod list loads to about 75 % on average (on its own 1,500-node list it
-    # never queues): GPU-seconds asked / (submission span x 8 GPUs x 0.75), in 8-GPU nodes.
     span = max(j.submit for j in pod_jobs) - min(j.submit for j in pod_jobs)
     asked = sum(j.gpus * j.duration for j in pod_jobs)
-    nodes = max(1, round(asked / (span * 8 * 0.75)))
     print(f"Alibaba pod list: offered {asked / 3600:,.0f} GPU-h over {span / 86400:.0f} days")
-    # The ideal below costs seconds here; on the synthetic trace (64 nodes, 84,000 jobs) minutes.
-    fleet = parse_fleet(f"{nodes}x8:GPU")
-    replay_case("Alibaba openb pod list", pod_jobs, fleet, nodes, 8, ideal=True)
+    # On its own 1,500-node list it never queues: a fleet it loads to about 75 %, on average
+    # over the whole list or over its last month, when 90 % of its pods arrive.
+    sizings = []
+    if alibaba_fleet in ("average", "both"):
+        sizings.append(("149-day average", average_nodes(pod_jobs)))
+    if alibaba_fleet in ("busy-month", "both"):
+        sizings.append((f"last {BUSY_DAYS} days", busy_month_nodes(pod_jobs)))
+    cases = []
+    for sizing, nodes in sizings:
+        # The ideal costs seconds here; on the synthetic trace (64 nodes, 84,000 jobs) minutes.
+        label = f"Alibaba openb pod list, fleet sized on its {sizing} ({nodes}x8)"
+        fleet = parse_fleet(f"{nodes}x8:GPU")
+        case = replay_case(label, pod_jobs, fleet, nodes, 8, ideal=True, policies=policies)
+        cases.append((sizing, nodes, case))
+    if len(cases) > 1:
+        print("  Alibaba pod list by fleet sizing, targets per policy:")
+        for name in cases[0][2]["policies"]:
+            for sizing, nodes, case in cases:
+                cells = target_cells(
+                    case["results"][name], case["metrics"][name], case["oracle"],
+                    case["walls"][name], case["floor"],
+                )  # fmt: skip
+                print(f"    {name:11s} {nodes:2d}x8 ({sizing:15s}) {format_cells(cells)}")
 
 
 def main() -> None:
@@ -369,10 +451,28 @@ def main() -> None:
     parser.add_argument("--cycle-jobs", type=int, default=10_000, help="(a) queued jobs")
     parser.add_argument("--replay-jobs", type=int, default=84_000)
     parser.add_argument("--seed", type=int, default=2024)
+    parser.add_argument("--skip-cycle", action="store_true", help="skip (a)")
+    parser.add_argument(
+        "--policies",
+        help="comma-separated names of POLICIES to replay (default all; the oracle SJF always)",
+    )
+    parser.add_argument(
+        "--alibaba-fleet",
+        choices=ALIBABA_FLEETS,
+        default="average",
+        help="(c) size the fleet on the pod list's whole span, on its busy last month, or both",
+    )
     args = parser.parse_args()
-    bench_cycle(args.cycle_gpus, args.cycle_jobs)
+    policies = None
+    if args.policies:
+        policies = tuple(p.strip() for p in args.policies.split(","))
+        unknown = set(policies) - {name for name, *_ in POLICIES}
+        if unknown:
+            parser.error(f"unknown policies: {', '.join(sorted(unknown))}")
+    if not args.skip_cycle:
+        bench_cycle(args.cycle_gpus, args.cycle_jobs)
     if not args.skip_replay:
-        bench_replay(args.replay_jobs, args.seed)
+        bench_replay(args.replay_jobs, args.seed, policies, args.alibaba_fleet)
 
 
 if __name__ == "__main__":
