@@ -11,14 +11,22 @@ from collections.abc import Hashable, Mapping
 
 class OrgTree:
     def __init__(
-        self, parents: Mapping[Hashable, Hashable | None], team_units: Mapping[Hashable, Hashable]
+        self,
+        parents: Mapping[Hashable, Hashable | None],
+        team_units: Mapping[Hashable, Hashable],
+        names: Mapping[Hashable, str] | None = None,
     ) -> None:
         self.parents = dict(parents)
         self.team_units = dict(team_units)
+        self.names = dict(names or {})
         self._children: dict = defaultdict(set)
         for unit, parent in self.parents.items():
             if parent is not None:
                 self._children[parent].add(unit)
+
+    def name(self, unit) -> str:
+        """How messages name a unit: its name where the tree knows it, else its key."""
+        return self.names.get(unit) or str(unit)
 
     def ancestors(self, unit) -> list:
         """The unit, its parent, ... up to the root (a cycle, which the services refuse, stops

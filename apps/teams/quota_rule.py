@@ -104,6 +104,16 @@ class Verdict:
         return bool(self.rows) and self.refused_by is None
 
 
+@dataclass(frozen=True, slots=True)
+class Ceiling:
+    """The most GPUs of a model a team may ever hold (``gpus``) and the row that sets it: a
+    ``QuotaRow`` of the team (its model row or its any-model row) or a ``UnitQuotaRow`` of a
+    unit above it; None when no row covers the model (then ``gpus`` is 0)."""
+
+    gpus: int
+    row: QuotaRow | UnitQuotaRow | None
+
+
 @dataclass(slots=True)
 class Holdings:
     """What teams hold over time: (start, end, count) intervals per (team, model), in any unit
@@ -167,6 +177,7 @@ class QuotaRule:
         self.has_unit_rows = bool(self._unit_rows)
         self._unit_applying: dict[tuple[str, str | None], tuple[UnitQuotaRow, ...]] = {}
         self._teams_under: dict[Hashable, frozenset] = {}
+        self._ceilings: dict[tuple[str, str, bool], Ceiling] = {}
 
     def rows_for(self, team: str, model: str) -> tuple[QuotaRow, ...]:
         """The rows that bound ``team``'s GPUs of ``model``: its own, then the any-model one."""
@@ -227,14 +238,39 @@ class QuotaRule:
 
     def ceiling(self, team: str, model: str) -> int:
         """The most GPUs of ``model`` the team may ever hold (0 without a row): its rows'
-        limits, and its units' limits above what it is guaranteed."""
+        limits, and its units' limits above what it is guaranteed (``binding_ceiling``)."""
+        return self.binding_ceiling(team, model).gpus
+
+    def binding_ceiling(self, team: str, model: str, *, guarantee: bool = False) -> Ceiling:
+        """The most GPUs of ``model`` the team may ever hold (within its guarantee when
+        ``guarantee``), and the row that sets it: the team's model row, its any-model row, or
+        a unit's row above it. Without ``guarantee``: the lowest of the team's limits, unless
+        a unit's limit is lower still; a unit caps only borrowing, so never below the team's
+        guarantee. With ``guarantee``: the lowest guarantee of the team's rows (units gate no
+        guarantee). On a tie the team's own row binds, its model row before its any-model
+        one, and a unit nearer the team before one above it. No row: 0 and None."""
+        key = (team, model, guarantee)
+        found = self._ceilings.get(key)
+        if found is not None:
+            return found
         rows = self.rows_for(team, model)
-        ceiling = min((r.limit for r in rows), default=0)
-        unit_rows = self.unit_rows_for(team, model)
-        if unit_rows:
-            unit_cap = min(r.limit for r in unit_rows)
-            ceiling = min(ceiling, max(self.guarantee_ceiling(team, model), unit_cap))
-        return ceiling
+        if not rows:
+            found = Ceiling(0, None)
+        elif guarantee:
+            row = min(rows, key=lambda r: r.guaranteed)
+            found = Ceiling(row.guaranteed, row)
+        else:
+            row = min(rows, key=lambda r: r.limit)
+            found = Ceiling(row.limit, row)
+            unit_rows = self.unit_rows_for(team, model)
+            if unit_rows:
+                unit_row = min(unit_rows, key=lambda r: r.limit)
+                within = self.binding_ceiling(team, model, guarantee=True).gpus
+                capped = max(within, unit_row.limit)
+                if capped < found.gpus:
+                    found = Ceiling(capped, unit_row)
+        self._ceilings[key] = found
+        return found
 
     def room(
         self,
@@ -316,8 +352,7 @@ class QuotaRule:
     def guarantee_ceiling(self, team: str, model: str) -> int:
         """The most GPUs of ``model`` the team may ever hold within its guarantee (0 without a
         row): what one job of the Guaranteed class may ask for at most."""
-        rows = self.rows_for(team, model)
-        return min((r.guaranteed for r in rows), default=0)
+        return self.binding_ceiling(team, model, guarantee=True).gpus
 
     def held_by_row(self, team: str, start, end, holdings: Holdings):
         """``verdict``'s ``held_by_row`` over [start, end) of ``holdings``: the team's peak for

@@ -120,10 +120,12 @@ def unit_quota_rows(
 
 def quota_org_tree() -> OrgTree:
     """The organisation tree as the quota rule and the scheduler name it: units and teams by
-    slug (what the scheduler's messages show)."""
+    slug, with the units' names (what the scheduler's messages show)."""
+    units = list(OrgUnit.objects.values_list("slug", "parent__slug", "name"))
     return OrgTree(
-        dict(OrgUnit.objects.values_list("slug", "parent__slug")),
+        {slug: parent for slug, parent, _ in units},
         dict(Team.objects.values_list("slug", "unit__slug")),
+        {slug: name for slug, _, name in units},
     )
 
 

@@ -80,6 +80,40 @@ def test_guaranteed_job_within_the_guarantee_says_what_the_team_holds():
     )
 
 
+def _in_research(unit_limit: int) -> dict:
+    """vision (4 / 12 of H100) in unit Research, whose H100 row caps its teams at
+    ``unit_limit`` together."""
+    from apps.teams.org_tree import OrgTree
+    from apps.teams.quota_rule import UnitQuotaRow
+
+    return {
+        "quotas": _rows(GUARANTEE_4),
+        "unit_quotas": [UnitQuotaRow("research", H100, 4, unit_limit)],
+        "org_tree": OrgTree(
+            {"org": None, "research": "org"}, {"vision": "research"}, {"research": "Research"}
+        ),
+    }
+
+
+def test_a_units_tighter_limit_is_the_limit_named():
+    """Research caps its teams at 8 H100s, below vision's own limit of 12: a 10-GPU job waits
+    for the unit's limit, and the message says so (not "team vision's limit of 12")."""
+    state = ClusterState(NOW, fleet(2, 8), [job(1, count=10)], **_in_research(8))
+    waiting = pending(schedule(state))[1]
+    assert waiting.reason == PendingReason.BEYOND_QUOTA
+    assert waiting.estimated_start is None
+    assert waiting.message == (
+        f"The job needs 10 GPUs, more than unit Research's limit of 8 {H100} GPUs for all its "
+        "teams together: it cannot start until the unit's limit is raised."
+    )
+    # With the unit's limit above the team's, the team's binds.
+    state = ClusterState(NOW, fleet(2, 8), [job(1, count=14)], **_in_research(16))
+    assert "more than team vision's limit of 12" in pending(schedule(state))[1].message
+    # Within the unit's limit the job starts.
+    state = ClusterState(NOW, fleet(2, 8), [job(1, count=6)], **_in_research(8))
+    assert [p.job_id for p in schedule(state).placements] == [1]
+
+
 def test_job_within_the_limit_still_gets_an_estimate():
     state = ClusterState(
         NOW,
@@ -206,3 +240,28 @@ def test_job_above_the_limit_has_no_estimate_on_its_page(client, member, team, q
     html = client.get(f"/jobs/{queued.pk}/").text
     assert "cannot start until a platform admin raises the limit" in html
     assert "No estimated start: the job waits for its team's quota to change." in html
+
+
+@pytest.mark.django_db
+def test_job_above_its_units_limit_names_the_unit_on_its_page(
+    client, member, team, quotas, h100, platform_admin, sent
+):
+    from apps.teams.models import ROOT_UNIT_SLUG, OrgUnit, Team
+    from apps.teams.services import unit_create, unit_quota_set
+
+    root = OrgUnit.objects.get(slug=ROOT_UNIT_SLUG)
+    research = unit_create(slug="research", name="Research", parent=root, actor=platform_admin)
+    Team.objects.filter(pk=team.pk).update(unit=research)
+    unit_quota_set(unit=research, gpu_model=h100, guaranteed=4, limit=8, actor=platform_admin)
+    queued = _submit(member, team, h100, 10, JobPriorityClass.OVER_QUOTA)
+    dispatch.schedule_cycle()
+    queued.refresh_from_db()
+    assert queued.pending_reason == "beyond_quota" and queued.estimated_start is None
+    assert queued.pending_message == (
+        f"The job needs 10 GPUs, more than unit Research's limit of 8 {h100.name} GPUs for all "
+        "its teams together: it cannot start until the unit's limit is raised."
+    )
+    client.force_login(member)
+    html = client.get(f"/jobs/{queued.pk}/").text
+    assert "unit Research&#x27;s limit of 8" in html
+    assert "team vision&#x27;s limit" not in html

@@ -4,7 +4,7 @@ together, never what a team holds within its own guarantee; no unit rows, the fl
 import pytest
 
 from apps.teams.org_tree import OrgTree
-from apps.teams.quota_rule import Holdings, QuotaRow, QuotaRule, UnitQuotaRow
+from apps.teams.quota_rule import Ceiling, Holdings, QuotaRow, QuotaRule, UnitQuotaRow
 
 H100, L40S = "H100", "L40S"
 
@@ -117,3 +117,33 @@ def test_without_unit_rows_the_rule_is_the_flat_one(tree):
 def test_unit_rows_without_a_tree_are_ignored():
     rule = QuotaRule(TEAMS, [UnitQuotaRow("research", H100, 0, 0)])
     assert rule.admit("vision", H100, 8, 0, 10, Holdings()).admitted
+
+
+def test_the_binding_ceiling_names_the_row_that_sets_it():
+    vision_h100, vision_any = QuotaRow("vision", H100, 2, 8), QuotaRow("vision", None, 2, 10)
+    rule = QuotaRule(
+        [vision_h100, vision_any, QuotaRow("vision", L40S, 3, 12)],
+        [UnitQuotaRow("research", H100, 4, 6), UnitQuotaRow("org", None, 6, 9)],
+        TREE,
+    )
+    # H100: research's limit (6) is below the team's (8); L40S: org's any-model row (9) is
+    # below the team's L40S row (12) and its any-model row (10).
+    assert rule.binding_ceiling("vision", H100) == Ceiling(6, UnitQuotaRow("research", H100, 4, 6))
+    assert rule.binding_ceiling("vision", L40S) == Ceiling(9, UnitQuotaRow("org", None, 6, 9))
+    # Within the guarantee the team's own lowest guarantee binds, whatever the units say.
+    assert rule.binding_ceiling("vision", H100, guarantee=True) == Ceiling(2, vision_h100)
+    assert rule.guarantee_ceiling("vision", L40S) == 2
+    # Units above with higher limits: the team's own rows bind, the model row on a tie.
+    loose = QuotaRule([vision_h100, vision_any], [UnitQuotaRow("research", H100, 4, 20)], TREE)
+    assert loose.binding_ceiling("vision", H100) == Ceiling(8, vision_h100)
+    tie = QuotaRule([vision_h100, QuotaRow("vision", None, 2, 8)], [], TREE)
+    assert tie.binding_ceiling("vision", H100).row == vision_h100
+    any_tighter = QuotaRule([vision_h100, QuotaRow("vision", None, 0, 5)])
+    assert any_tighter.binding_ceiling("vision", H100) == Ceiling(5, QuotaRow("vision", None, 0, 5))
+    # A unit's limit caps borrowing only: never below the team's guarantee.
+    low = QuotaRule([QuotaRow("vision", H100, 4, 8)], [UnitQuotaRow("research", H100, 4, 3)], TREE)
+    assert low.ceiling("vision", H100) == 4
+    # No row: nothing, and no row to name.
+    assert rule.binding_ceiling("infra", H100) == Ceiling(0, None)
+    # ceiling() is the same answer.
+    assert rule.ceiling("vision", H100) == 6 and rule.ceiling("vision", L40S) == 9

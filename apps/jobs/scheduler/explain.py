@@ -13,6 +13,7 @@ from apps.jobs.scheduler.state import (
     QueuedJob,
     ResumingNode,
 )
+from apps.teams.quota_rule import Ceiling, UnitQuotaRow
 
 
 def pretty_model(model: str | None) -> str:
@@ -86,11 +87,12 @@ class ExplainMixin:
             self.policy == "fairshare" and job.priority_class == PriorityClass.GUARANTEED
         )
         mode = GUARANTEE if guaranteed_only else BASELINE
-        with_rows = [m for m in models if self.quotas.rule.rows_for(job.team, m)]
-        if with_rows and all(
-            job.gpu_count > self._ceiling(job.team, m, guaranteed_only) for m in models
-        ):
-            return self._beyond_quota_reason(job, job.gpu_model or with_rows[0], guaranteed_only)
+        rule = self.quotas.rule
+        with_rows = [m for m in models if rule.rows_for(job.team, m)]
+        ceilings = {m: rule.binding_ceiling(job.team, m, guarantee=guaranteed_only) for m in models}
+        if with_rows and all(job.gpu_count > c.gpus for c in ceilings.values()):
+            model = job.gpu_model or with_rows[0]
+            return self._beyond_quota_reason(job, ceilings[model], guaranteed_only)
         if models and all(
             job.gpu_count > self._cap(job.team, m, mode, job.priority_class) for m in models
         ):
@@ -193,31 +195,33 @@ class ExplainMixin:
         row = min(rows, key=lambda r: r.limit - used.get((r.unit, r.model), 0))
         held = used.get((row.unit, row.model), 0)
         return (
-            f"The teams of unit {row.unit} hold {held} of its quota of "
+            f"The teams of unit {self.quotas.rule.tree.name(row.unit)} hold {held} of its quota of "
             f"{gpu_count(row.limit, row.model)} together; the job needs {job.gpu_count} "
             f"beyond team {job.team}'s guarantee."
         )
 
-    def _ceiling(self, team: str, model: str, guaranteed_only: bool) -> int:
-        """The most GPUs of ``model`` one job of the team may ever get: its guarantee in the
-        Guaranteed class (fair share), else its limit."""
-        rule = self.quotas.rule
-        return rule.guarantee_ceiling(team, model) if guaranteed_only else rule.ceiling(team, model)
-
     def _beyond_quota_reason(
-        self, job: QueuedJob, model: str, guaranteed_only: bool
+        self, job: QueuedJob, ceiling: Ceiling, guaranteed_only: bool
     ) -> tuple[PendingReason, str]:
-        """A job larger than the team's limit (or guarantee) waits for the quota, not for GPUs."""
-        rows = self.quotas.rule.rows_for(job.team, model)
+        """A job larger than the team may ever hold waits for the quota, not for GPUs; the
+        message names the row that sets that ceiling (the quota rule's ``binding_ceiling``):
+        the team's guarantee, one of its limits, or a unit's limit above it."""
+        row = ceiling.row
         if guaranteed_only:
-            row = min(rows, key=lambda r: r.guaranteed)
             return (
                 PendingReason.BEYOND_QUOTA,
                 f"The job needs {job.gpu_count} GPUs but team {job.team} is guaranteed "
                 f"{gpu_count(row.guaranteed, row.model)}: as Guaranteed it cannot start until "
                 "the guarantee changes. Submit it as Over quota to run on spare GPUs.",
             )
-        row = min(rows, key=lambda r: r.limit)
+        if isinstance(row, UnitQuotaRow):
+            return (
+                PendingReason.BEYOND_QUOTA,
+                f"The job needs {job.gpu_count} GPUs, more than unit "
+                f"{self.quotas.rule.tree.name(row.unit)}'s limit of "
+                f"{gpu_count(row.limit, row.model)} for all its teams together: it cannot "
+                "start until the unit's limit is raised.",
+            )
         return (
             PendingReason.BEYOND_QUOTA,
             f"The job needs {job.gpu_count} GPUs, more than team {job.team}'s limit of "
