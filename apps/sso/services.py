@@ -374,20 +374,15 @@ def memberships_sync(user: User, grants: Grants, *, reason: str) -> list[str]:
                 after={"user": user.username, "role": role},
                 reason=f"{reason} (group {grants.team_groups[team_id]})",
             )
-    removed = []
-    for team_id, membership in existing.items():
-        if team_id in grants.team_roles:
-            continue
-        removed.append(teams[team_id].slug)
-        audit_record(
-            actor=None,
-            action="membership.remove",
-            target=teams[team_id],
-            before={"user": user.username, "role": membership.role},
-            reason=reason,
-        )
-        membership.delete()
-    return sorted(removed)
+    return _drop_ungranted(
+        existing,
+        grants.team_roles,
+        teams,
+        user=user,
+        action="membership.remove",
+        reason=reason,
+        roles=True,
+    )
 
 
 def unit_admins_sync(user: User, grants: Grants, *, reason: str) -> list[str]:
@@ -412,17 +407,27 @@ def unit_admins_sync(user: User, grants: Grants, *, reason: str) -> list[str]:
             after={"user": user.username},
             reason=f"{reason} (group {group})",
         )
+    return _drop_ungranted(
+        existing, grants.unit_admin_of, units, user=user, action="unit.admin_remove", reason=reason
+    )
+
+
+def _drop_ungranted(
+    existing: dict, granted, targets: dict, *, user: User, action: str, reason: str, roles=False
+) -> list[str]:
+    """Delete the user's memberships (team or unit, by its id in `existing`) that no group
+    grants any more, each audited (with the role it had where `roles`); returns the slugs
+    left, sorted."""
     left = []
-    for unit_id, membership in existing.items():
-        if unit_id in grants.unit_admin_of:
+    for target_id, membership in existing.items():
+        if target_id in granted:
             continue
-        left.append(units[unit_id].slug)
+        left.append(targets[target_id].slug)
+        before = {"user": user.username}
+        if roles:
+            before["role"] = membership.role
         audit_record(
-            actor=None,
-            action="unit.admin_remove",
-            target=units[unit_id],
-            before={"user": user.username},
-            reason=reason,
+            actor=None, action=action, target=targets[target_id], before=before, reason=reason
         )
         membership.delete()
     return sorted(left)
