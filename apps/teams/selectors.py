@@ -1,4 +1,5 @@
 from collections import defaultdict
+from dataclasses import dataclass
 from datetime import datetime
 from functools import reduce
 from operator import or_
@@ -9,10 +10,20 @@ from django.utils import timezone
 from apps.audit.selectors import audit_event_list
 from apps.fleet.models import Gpu, GpuModel
 from apps.teams.choices import GlobalRole, TeamRole
-from apps.teams.models import Membership, OrgUnit, Quota, Team, UnitMembership, UnitQuota, User
+from apps.teams.models import (
+    Membership,
+    OrgUnit,
+    Quota,
+    Team,
+    UnitMembership,
+    UnitQuota,
+    User,
+    root_unit_pk,
+)
 from apps.teams.org_tree import OrgTree
 from apps.teams.quota_rule import QuotaRow, QuotaRule, UnitQuotaRow
 from portal import queries
+from portal.exceptions import ApplicationError
 
 
 def team_list(*, user) -> QuerySet[Team]:
@@ -307,3 +318,87 @@ def _guaranteed_directly_below(units) -> dict[tuple[int, int | None], int]:
     ).values_list("unit__parent_id", "gpu_model_id", "guaranteed"):
         totals[(unit_id, model_id)] += guaranteed
     return totals
+
+
+GROUPINGS = ("team", "unit")
+
+
+class TeamNotVisible(LookupError):
+    """The team or organisation unit asked for does not exist for this user (a 404: whether
+    it exists elsewhere is not told)."""
+
+
+class BadGrouping(ApplicationError):
+    """A grouping other than `GROUPINGS` was asked for (400)."""
+
+    code = "bad_filter"
+
+
+@dataclass(frozen=True)
+class UnitScope:
+    """The teams a page or report covers under a unit (and team) filter, and for "group by
+    unit" the unit each team's figures are summed under."""
+
+    unit: OrgUnit | None  # the unit asked for; None: no unit filter
+    teams: tuple  # the Team objects in scope, by slug; only teams the user may see
+    # group=unit: team slug -> the child unit of the chosen unit (the root without one) the
+    # team sits below, or the chosen unit itself for a team directly in it; None: by team.
+    group_units: dict | None = None
+
+    @property
+    def group_of(self) -> dict[str, str] | None:
+        """Team slug -> the name of its group (what grouped figures are labelled with)."""
+        if self.group_units is None:
+            return None
+        return {slug: unit.name for slug, unit in self.group_units.items()}
+
+    def group_name(self, team_slug: str) -> str:
+        """The label a team's figures go under: its group's name, or its slug by team."""
+        if self.group_units is None or team_slug not in self.group_units:
+            return team_slug
+        return self.group_units[team_slug].name
+
+
+def unit_scope(*, user, unit_slug: str = "", team_slug: str = "", group: str = "team") -> UnitScope:
+    """Which teams a unit (and team) filter leaves in view for the user, and with
+    ``group="unit"`` which unit each is summed under: the child units of the chosen unit (of
+    the root when none is chosen), a team directly in the chosen unit under that unit. Only
+    teams the user may see (`Team.objects.for_user`) are ever in scope, whatever the unit:
+    a unit admin's or member's groups sum their visible teams only. An unknown unit or team,
+    or one the user cannot see, raises TeamNotVisible; a grouping other than team or unit,
+    BadGrouping. Every dashboard (utilization, idle, occupancy, cost) scopes through here."""
+    if group not in GROUPINGS:
+        raise BadGrouping("group must be team or unit.")
+    visible = Team.objects.for_user(user).order_by("slug")
+    unit = None
+    tree = None
+    if unit_slug:
+        unit = OrgUnit.objects.for_user(user).filter(slug=unit_slug).first()
+        if unit is None:
+            raise TeamNotVisible(unit_slug)
+        tree = org_tree()
+        visible = visible.filter(unit_id__in=tree.subtree(unit.pk))
+    if team_slug:
+        teams = tuple(visible.filter(slug=team_slug))
+        if not teams:
+            raise TeamNotVisible(team_slug)
+    else:
+        teams = tuple(visible)
+    group_units = None
+    if group == "unit":
+        top = unit or OrgUnit.objects.get(pk=root_unit_pk())
+        group_units = _group_units(top, teams, tree or org_tree())
+    return UnitScope(unit=unit, teams=teams, group_units=group_units)
+
+
+def _group_units(top: OrgUnit, teams, tree: OrgTree) -> dict[str, OrgUnit]:
+    """Team slug -> the child unit of `top` the team sits below (`top` itself for a team
+    directly in it)."""
+    below = {}
+    for team in teams:
+        path = tree.path(team.unit_id)
+        rest = path[path.index(top.pk) + 1 :] if top.pk in path else []
+        below[team.slug] = rest[0] if rest else top.pk
+    units = OrgUnit.objects.in_bulk(set(below.values()) - {top.pk})
+    units[top.pk] = top
+    return {slug: units[pk] for slug, pk in below.items()}

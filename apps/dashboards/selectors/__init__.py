@@ -17,7 +17,6 @@ from apps.dashboards.selectors.filters import (  # noqa: F401
     UNALLOCATED,
     FilterError,
     Filters,
-    TeamNotVisible,
     parse_filters,
     step_for,
 )
@@ -41,3 +40,4 @@ from apps.dashboards.selectors.utilization import (  # noqa: F401
     allocated_series,
     utilization_series,
 )
+from apps.teams.selectors import TeamNotVisible  # noqa: F401

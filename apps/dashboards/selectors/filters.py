@@ -10,8 +10,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from apps.fleet.models import GpuModel
-from apps.teams.models import OrgUnit, Team, root_unit_pk
-from apps.teams.selectors import org_tree
+from apps.teams.selectors import BadGrouping, unit_scope
 from apps.telemetry.models import GpuHourRollup, GpuMinuteRollup
 from portal.exceptions import ApplicationError
 from portal.timezones import parse_local
@@ -26,10 +25,6 @@ class FilterError(ApplicationError):
     """A dashboard filter the user gave cannot be used (400); the message says why."""
 
     code = "bad_filter"
-
-
-class TeamNotVisible(LookupError):
-    """The team or organisation unit asked for does not exist for this user."""
 
 
 @dataclass(frozen=True)
@@ -50,6 +45,13 @@ class Filters:
         """Whether a team or unit narrows the view (then the fleet's unallocated pool, which
         belongs to no team, is left out)."""
         return bool(self.team_slug or self.unit_slug)
+
+    def label(self, team_slug: str) -> str:
+        """What a team's figures are shown under: its group's name (group=unit), else its
+        slug."""
+        if self.group_of is None:
+            return team_slug
+        return self.group_of.get(team_slug, team_slug)
 
     @property
     def team_ids(self) -> list[int]:
@@ -89,10 +91,11 @@ def _aware(value: str, name: str, *, local: bool) -> datetime:
 
 def parse_filters(params, user, *, now: datetime | None = None, local: bool = False) -> Filters:
     """Filters from query parameters: range (24h, 7d, 30d or custom with start and end), unit
-    (slug: the teams anywhere below it), team (slug) and gpu_model (name). With `local` (the
+    (slug: the teams anywhere below it), team (slug), group (team, or unit: summed per child
+    unit, `teams.selectors.unit_scope`) and gpu_model (name). With `local` (the
     pages' date-time pickers) a start or end without a zone is read in the reader's zone; the
     API demands one. Raises FilterError (bad
-    value) or TeamNotVisible."""
+    value) or `teams.selectors.TeamNotVisible`."""
     now = now or timezone.now()
     range_ = params.get("range") or ("custom" if params.get("start") else "24h")
     if range_ in RANGES:
@@ -109,56 +112,31 @@ def parse_filters(params, user, *, now: datetime | None = None, local: bool = Fa
             raise FilterError("Ask for at most 400 days at once.")
     else:
         raise FilterError("range must be one of 24h, 7d, 30d or custom.")
-    visible = Team.objects.for_user(user).order_by("slug")
-    unit_slug = params.get("unit") or ""
-    unit = None
-    if unit_slug:
-        unit = OrgUnit.objects.for_user(user).filter(slug=unit_slug).first()
-        if unit is None:
-            raise TeamNotVisible(unit_slug)
-        visible = visible.filter(unit_id__in=org_tree().subtree(unit.pk))
-    group = params.get("group") or "team"
-    if group not in ("team", "unit"):
-        raise FilterError("group must be team or unit.")
-    team_slug = params.get("team") or ""
-    if team_slug:
-        teams = tuple(visible.filter(slug=team_slug))
-        if not teams:
-            raise TeamNotVisible(team_slug)
-    else:
-        teams = tuple(visible)
     gpu_model = None
     if params.get("gpu_model"):
         gpu_model = GpuModel.objects.filter(name=params["gpu_model"]).first()
         if gpu_model is None:
             raise FilterError(f"There is no GPU model named {params['gpu_model']!r}.")
-    group_of = None
-    if group == "unit":
-        group_of = _child_unit_names(unit or OrgUnit.objects.get(pk=root_unit_pk()), teams)
+    try:
+        scope = unit_scope(
+            user=user,
+            unit_slug=params.get("unit") or "",
+            team_slug=params.get("team") or "",
+            group=params.get("group") or "team",
+        )
+    except BadGrouping as refusal:
+        raise FilterError(refusal.message) from None
     return Filters(
         start=start,
         end=end,
         range=range_,
-        teams=teams,
-        team_slug=team_slug,
-        unit_slug=unit_slug,
+        teams=scope.teams,
+        team_slug=params.get("team") or "",
+        unit_slug=params.get("unit") or "",
         gpu_model=gpu_model,
         sees_all=bool(user.sees_all_teams),
-        group_of=group_of,
+        group_of=scope.group_of,
     )
-
-
-def _child_unit_names(unit: OrgUnit, teams) -> dict[str, str]:
-    """Team slug -> the name of the child unit of `unit` the team sits below (the unit's own
-    name for a team directly in it): what "group by unit" sums over."""
-    tree = org_tree()
-    names = dict(OrgUnit.objects.values_list("pk", "name"))
-    groups = {}
-    for team in teams:
-        path = tree.path(team.unit_id)
-        below = path[path.index(unit.pk) + 1 :] if unit.pk in path else []
-        groups[team.slug] = names[below[0]] if below else unit.name
-    return groups
 
 
 def step_for(filters: Filters) -> timedelta:

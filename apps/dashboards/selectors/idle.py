@@ -24,7 +24,8 @@ POWERED_DOWN = "powered_down"
 
 
 def idle_hours(filters: Filters) -> dict:
-    """Idle GPU-hours per day (per hour for windows up to a day), by kind and team. Unallocated
+    """Idle GPU-hours per day (per hour for windows up to a day), by kind and team (by unit
+    with group=unit: its teams' hours summed). Unallocated
     idle time belongs to no team: only those who see all teams get it. Summed per step, kind,
     team and model in SQL (`idle_hours_by_step`): a month of 1,000 GPUs is a few hundred rows."""
     step = timedelta(hours=1) if filters.fine else timedelta(days=1)
@@ -51,7 +52,8 @@ def idle_hours(filters: Filters) -> dict:
     model_names = dict(GpuModel.objects.values_list("pk", "name"))
     for moment, kind, team_id, model_id, hours in rows:
         by_model[(kind, model_names[model_id])] += hours
-        series[(kind, slugs.get(team_id) or UNALLOCATED)][moment] += hours
+        name = filters.label(slugs[team_id]) if team_id in slugs else UNALLOCATED
+        series[(kind, name)][moment] += hours
     return {
         "step": step,
         "times": times,

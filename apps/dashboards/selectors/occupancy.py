@@ -8,7 +8,8 @@ from apps.reservations.holdings import bookings_holding
 
 
 def occupancy(filters: Filters) -> list[dict]:
-    """Bookings and jobs on each GPU in the window, for the user's visible teams."""
+    """Bookings and jobs on each GPU in the window, for the user's visible teams; `team` is
+    the team's slug, or with group=unit the name of the unit it is grouped under."""
     items = []
     holdings = bookings_holding(filters.start, filters.end).filter(
         reservation__team_id__in=filters.team_ids
@@ -20,7 +21,7 @@ def occupancy(filters: Filters) -> list[dict]:
             {
                 "gpu": str(h.gpu),
                 "kind": "booking",
-                "team": h.reservation.team.slug,
+                "team": filters.label(h.reservation.team.slug),
                 "label": f"booking #{h.reservation_id}",
                 "start": max(h.start, filters.start),
                 "end": min(h.end, filters.end),
@@ -37,7 +38,7 @@ def occupancy(filters: Filters) -> list[dict]:
             {
                 "gpu": str(a.gpu),
                 "kind": "job",
-                "team": a.job.team.slug,
+                "team": filters.label(a.job.team.slug),
                 "label": f"job #{a.job_id} {a.job.name}",
                 "start": max(a.start, filters.start),
                 "end": min(a.end or now, filters.end),
