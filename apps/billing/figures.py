@@ -19,29 +19,71 @@ from portal.timezones import current_zone, local_day
 MONTHS_SHOWN = 6
 
 
-def cost_figures(*, period: BillingPeriod, teams: list, include_platform: bool, now) -> dict:
+def cost_figures(
+    *, period: BillingPeriod, teams: list, include_platform: bool, now, group_of=None
+) -> dict:
     """Figures and numbers of the cost dashboard for the given teams (and, when
     `include_platform`, the platform's idle capacity and the capacity powered down to save
-    energy: `powered_off`, per GPU model, with what it saved)."""
+    energy: `powered_off`, per GPU model, with what it saved). `group_of` (team slug -> unit
+    name, `teams.selectors.unit_scope`) sums the teams' rows, month bars and over-quota shares
+    per unit; the burn-down stays per team, as budgets and forecasts are the teams'. `rows`:
+    one per team (per unit), then the platform."""
     team_ids = [t.pk for t in teams]
     totals = [
         t
         for t in exports.team_totals(period)
         if t["team_id"] in team_ids or (include_platform and t["team_id"] is None)
     ]
+    rows = cost_rows(totals, group_of)
     return {
         "totals": totals,
+        "rows": rows,
+        "grouped": group_of is not None,
         "total_cost": sum((t["cost"] for t in totals), Decimal(0)),
         "total_gpu_hours": sum((t["gpu_hours"] for t in totals), Decimal(0)),
         "has_data": any(t["gpu_hours"] or t["cost"] for t in totals),
         "powered_off": _powered_off(period, now) if include_platform else None,
         "figures": {
-            "cost-by-month": _by_month(period, team_ids, include_platform),
+            "cost-by-month": _by_month(period, team_ids, include_platform, group_of),
             "burn-down": _burn_down(period, teams, now),
             "by-model": _by_model(period, team_ids, include_platform),
-            "over-quota": _over_quota(totals),
+            "over-quota": _over_quota(rows),
         },
     }
+
+
+def cost_rows(totals: list[dict], group_of: dict[str, str] | None) -> list[dict]:
+    """Per team (per group with `group_of`), then the platform's row: GPU-hours, cost and its
+    over-quota part. A group's figures are sums of its teams' rounded totals (as every export
+    rounds them), so a unit's cost is its teams' to the cent."""
+    rows: dict[str, dict] = {}
+    platform = []
+    for total in totals:
+        if total["team_id"] is None:
+            platform.append(
+                {"name": PLATFORM_COST_CENTER, "kind": "platform", "teams": [], **_money(total)}
+            )
+            continue
+        slug = total["team__slug"]
+        if group_of is None:
+            rows[slug] = {"name": slug, "kind": "team", "teams": [slug], **_money(total)}
+            continue
+        name = group_of.get(slug, slug)
+        row = rows.setdefault(
+            name,
+            {"name": name, "kind": "unit", "teams": [], **dict.fromkeys(_SUMMED, Decimal(0))},
+        )
+        row["teams"].append(slug)
+        for key in _SUMMED:
+            row[key] += total[key]
+    return [rows[name] for name in sorted(rows)] + platform
+
+
+_SUMMED = ("gpu_hours", "cost", "over_quota_cost")
+
+
+def _money(total: dict) -> dict:
+    return {key: total[key] for key in _SUMMED}
 
 
 def _powered_off(period: BillingPeriod, now) -> dict:
@@ -68,14 +110,16 @@ def _scoped(entries, team_ids, include_platform):
     return entries.filter(team_id__in=team_ids)
 
 
-def _by_month(period, team_ids, include_platform) -> dict:
+def _by_month(period, team_ids, include_platform, group_of=None) -> dict:
     periods = list(BillingPeriod.objects.filter(month__lte=period.month)[:MONTHS_SHOWN])[::-1]
     entries = _scoped(LedgerEntry.objects.filter(period__in=periods), team_ids, include_platform)
     rows = entries.values("period__month", "team__slug").annotate(total=ExactSum("cost"))
     by_team: dict[str, dict] = {}
     for row in rows:
-        name = row["team__slug"] or PLATFORM_COST_CENTER
-        by_team.setdefault(name, {})[row["period__month"]] = row["total"]
+        slug = row["team__slug"]
+        name = (group_of or {}).get(slug, slug) if slug else PLATFORM_COST_CENTER
+        month = by_team.setdefault(name, {})
+        month[row["period__month"]] = month.get(row["period__month"], Decimal(0)) + row["total"]
     months = [p.month for p in periods]
     figure = go.Figure(
         layout={
@@ -188,13 +232,19 @@ def _by_model(period, team_ids, include_platform) -> dict:
     return _figure_json(figure)
 
 
-def _over_quota(totals) -> dict:
-    teams = [t for t in totals if t["team_id"] is not None]
+def _over_quota(rows) -> dict:
+    shown = [row for row in rows if row["kind"] != "platform"]
+    grouped = any(row["kind"] == "unit" for row in shown)
     figure = go.Figure(
-        layout={**LAYOUT, "barmode": "stack", "yaxis": _money_axis(), "xaxis": {"title": "Team"}}
+        layout={
+            **LAYOUT,
+            "barmode": "stack",
+            "yaxis": _money_axis(),
+            "xaxis": {"title": "Unit" if grouped else "Team"},
+        }
     )
-    names = [t["sub_account"] for t in teams]
+    names = [row["name"] for row in shown]
     figure.add_bar(name="within guarantee", x=names,
-                   y=[float(t["cost"] - t["over_quota_cost"]) for t in teams])  # fmt: skip
-    figure.add_bar(name="over quota", x=names, y=[float(t["over_quota_cost"]) for t in teams])
+                   y=[float(row["cost"] - row["over_quota_cost"]) for row in shown])  # fmt: skip
+    figure.add_bar(name="over quota", x=names, y=[float(row["over_quota_cost"]) for row in shown])
     return _figure_json(figure)

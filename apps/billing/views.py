@@ -17,7 +17,8 @@ from apps.billing.periods import month_bounds, month_start, parse_period
 from apps.billing.recovery import recovery
 from apps.billing.services import is_billing_admin
 from apps.billing.units import chargeback_units_for, unit_budget_rows, unit_chargeback
-from apps.teams.models import Team
+from apps.teams.models import OrgUnit, Team
+from apps.teams.selectors import BadGrouping, TeamNotVisible, unit_scope
 from portal.exceptions import ApplicationError, show_on_form
 from portal.timezones import current_zone
 
@@ -288,18 +289,34 @@ def budgets_view(request):
 
 @login_required
 def cost_dashboard_view(request):
-    """Cost by team per month, burn-down against budget, split by GPU model, over-quota share.
-    Members see their own teams; finance and platform admins every team and the platform."""
+    """Cost by team (or by unit: `group=unit`) per month, burn-down against budget, split by
+    GPU model, over-quota share. Members see their own teams; finance and platform admins every
+    team and the platform. `unit=<slug>` keeps the teams below a unit (and leaves the platform
+    out, as a team does); a unit or team the user cannot see is 404."""
     period, error = _chosen_period(request)
     if error:
         messages.error(request, error)
-    teams = list(Team.objects.for_user(request.user).order_by("slug"))
-    sees_all = is_billing_admin(request.user)
+    unit_slug = request.GET.get("unit", "")
     chosen = request.GET.get("team", "")
-    if chosen:
-        teams = [t for t in teams if t.slug == chosen]
+    try:
+        scope = unit_scope(
+            user=request.user,
+            unit_slug=unit_slug,
+            team_slug=chosen,
+            group=request.GET.get("group") or "team",
+        )
+    except TeamNotVisible as exc:
+        raise Http404("No such team or unit.") from exc
+    except BadGrouping as refusal:
+        messages.error(request, f"{refusal.message} Showing the cost by team instead.")
+        scope = unit_scope(user=request.user, unit_slug=unit_slug, team_slug=chosen)
+    sees_all = is_billing_admin(request.user)
     context = figures.cost_figures(
-        period=period, teams=teams, include_platform=sees_all and not chosen, now=timezone.now()
+        period=period,
+        teams=list(scope.teams),
+        include_platform=sees_all and not chosen and not unit_slug,
+        now=timezone.now(),
+        group_of=scope.group_of,
     )
     return render(
         request,
@@ -309,7 +326,10 @@ def cost_dashboard_view(request):
             "period": period,
             "periods": BillingPeriod.objects.all()[:24],
             "all_teams": Team.objects.for_user(request.user).order_by("slug"),
+            "all_units": OrgUnit.objects.for_user(request.user).order_by("name"),
             "team_slug": chosen,
+            "unit_slug": unit_slug,
+            "group": "unit" if scope.group_units is not None else "team",
             "currency": settings.BILLING_CURRENCY,
             "showback": is_showback(),
         },
