@@ -1,8 +1,8 @@
 """JSON endpoints of the dashboards: the same figures the pages draw, as plotly JSON.
 
 Query parameters: range (24h, 7d, 30d, custom with start/end), unit (slug: teams below it),
-team (slug), gpu_model (name). A bad parameter is 400 (code bad_filter) with the reason; a
-team or unit the user cannot see is 404.
+team (slug), group (team, or unit: summed per child unit), gpu_model (name). A bad parameter
+is 400 (code bad_filter) with the reason; a team or unit the user cannot see is 404.
 """
 
 from django.http import Http404
@@ -27,7 +27,7 @@ FILTER_PARAMETERS = [
         "group",
         str,
         enum=["team", "unit"],
-        description="unit: utilization summed per child unit of `unit` (default the root).",
+        description="unit: figures summed per child unit of `unit` (default the root).",
     ),
     OpenApiParameter("gpu_model", str, description="GPU model name."),
 ]
