@@ -239,7 +239,7 @@ def test_job_above_the_limit_has_no_estimate_on_its_page(client, member, team, q
     client.force_login(member)
     html = client.get(f"/jobs/{queued.pk}/").text
     assert "cannot start until a platform admin raises the limit" in html
-    assert "No estimated start: the job waits for its team's quota to change." in html
+    assert "No estimated start: the job waits until the limit named above is raised." in html
 
 
 @pytest.mark.django_db
@@ -265,3 +265,4 @@ def test_job_above_its_units_limit_names_the_unit_on_its_page(
     html = client.get(f"/jobs/{queued.pk}/").text
     assert "unit Research&#x27;s limit of 8" in html
     assert "team vision&#x27;s limit" not in html
+    assert "No estimated start: the job waits until the limit named above is raised." in html
