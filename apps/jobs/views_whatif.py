@@ -13,6 +13,7 @@ from apps.jobs.whatif import (
     QuotaProposal,
     current_quotas,
     team_changes,
+    unit_table,
     whatif_run_start,
 )
 from apps.jobs.whatif_power import FIELDS as POWER_FIELDS
@@ -106,6 +107,7 @@ def what_if_view(request):
     if run is not None and run.status == WhatIfStatus.DONE:
         result = context["result"] = run.result
         context["changes"] = team_changes(result)
+        context["units"] = unit_table(result)
         if result["teams"] and not result["too_few_jobs"] and not result["nobody_waited"]:
             context["figure"] = _wait_figure(result["teams"])
     return render(request, "jobs/what_if.html", context)

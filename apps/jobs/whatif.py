@@ -252,6 +252,25 @@ def unit_rows(before: TeamMetrics, after: TeamMetrics) -> list[dict]:
     return sorted(rows, key=lambda row: row["unit"])
 
 
+def unit_table(result: dict) -> list[dict]:
+    """A run's per-unit rows as the page lists them (by path: a unit under its parent), each
+    with its depth below the root and its late share in percent. Empty when the organisation
+    has no unit below its root (the root's row would only repeat the teams' figures together)
+    or the result was stored before runs reported units."""
+    rows = [
+        row
+        | {
+            "depth": row["unit"].count(" / "),
+            **{
+                f"late_percent_{label}": 100 * row[f"guarantee_wait_late_share_{label}"]
+                for label in ("before", "after")
+            },
+        }
+        for row in result.get("units") or []
+    ]
+    return rows if any(row["depth"] for row in rows) else []
+
+
 # How the page names a team's ``change`` (``team_metrics.compare_teams``), in the order it
 # lists the teams: the ones a proposal hurts first.
 CHANGES = {"worse": "Worse off", "better": "Better off", "same": "About the same"}

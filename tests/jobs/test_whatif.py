@@ -406,8 +406,11 @@ def test_the_run_reports_the_guarantee_wait_and_sharing_per_unit(client, platfor
     research = unit_create(slug="research", name="Research", parent=root, actor=platform_admin)
     Team.objects.filter(slug="vision").update(unit=research)
     client.force_login(platform_admin)
-    result = replay(client, form()).context["result"]
+    response = replay(client, form())
+    result = response.context["result"]
     units = {row["unit"]: row for row in result["units"]}
+    page = response.content.decode()
+    assert '<tr data-unit="Organisation / Research" data-depth="1"' in page
     teams = {row["team"]: row for row in result["teams"]}
     assert units["Organisation / Research"]["jobs_before"] == 8  # vision alone
     assert units[root.name]["jobs_after"] == 16
