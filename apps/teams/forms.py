@@ -8,26 +8,36 @@ from apps.teams.services import quota_numbers_check
 from portal.timezones import zone_names
 
 
-class MembershipAddForm(forms.Form):
-    username = forms.CharField(max_length=150, label="Username")
-    role = forms.ChoiceField(choices=TeamRole.choices, initial=TeamRole.MEMBER)
+class ActiveUserField(forms.CharField):
+    """A username typed in; cleans to the active user of that name."""
 
-    def clean_username(self) -> User:
-        username = self.cleaned_data["username"].strip()
+    def __init__(self, **kwargs):
+        super().__init__(max_length=150, label="Username", **kwargs)
+
+    def clean(self, value) -> User:
+        username = super().clean(value).strip()
         try:
             return User.objects.get(username=username, is_active=True)
         except User.DoesNotExist:
             raise forms.ValidationError(f"No active user named “{username}”.") from None
 
 
+class MembershipAddForm(forms.Form):
+    username = ActiveUserField()
+    role = forms.ChoiceField(choices=TeamRole.choices, initial=TeamRole.MEMBER)
+
+
 class MembershipRoleForm(forms.Form):
     role = forms.ChoiceField(choices=TeamRole.choices)
 
 
-class QuotaForm(forms.Form):
-    team = forms.ModelChoiceField(queryset=Team.objects.all(), to_field_name="slug")
+class QuotaNumbersForm(forms.Form):
+    """A quota row's numbers (team or unit): GPU model or any model, guaranteed, limit. A limit
+    below the guarantee is a form error, or on the fields where `errors_on_fields`."""
+
+    errors_on_fields = False
     gpu_model = forms.ModelChoiceField(
-        queryset=GpuModel.objects.all(),
+        queryset=GpuModel.objects.order_by("name"),
         to_field_name="name",
         required=False,
         empty_label="any model",
@@ -43,8 +53,18 @@ class QuotaForm(forms.Form):
             try:
                 quota_numbers_check(guaranteed=guaranteed, limit=limit)
             except ValidationError as invalid:
-                self.add_error(None, invalid)
+                if not self.errors_on_fields:
+                    self.add_error(None, invalid)
+                for field, messages in (
+                    invalid.message_dict.items() if self.errors_on_fields else ()
+                ):
+                    self.add_error(field, messages)
         return data
+
+
+class QuotaForm(QuotaNumbersForm):
+    field_order = ["team", "gpu_model", "guaranteed", "limit"]
+    team = forms.ModelChoiceField(queryset=Team.objects.all(), to_field_name="slug")
 
 
 class TeamCreateForm(forms.Form):

@@ -231,7 +231,41 @@ class Membership(models.Model):
         return self.role == TeamRole.TEAM_ADMIN
 
 
-class Quota(models.Model):
+class QuotaNumbers(models.Model):
+    """What a team's and a unit's quota rows share: guaranteed GPUs and a burst limit."""
+
+    guaranteed = models.PositiveIntegerField(default=0)
+    limit = models.PositiveIntegerField(default=0, help_text="Burst ceiling, at least guaranteed.")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        abstract = True
+
+
+def quota_constraints(owner: str, prefix: str) -> list:
+    """One row per owner (team or unit) and GPU model, one any-model row, limit >= guaranteed."""
+    return [
+        models.UniqueConstraint(
+            fields=[owner, "gpu_model"],
+            condition=models.Q(gpu_model__isnull=False),
+            name=f"{prefix}_unique_{owner}_model",
+            violation_error_message=f"The {owner} already has a quota for this GPU model.",
+        ),
+        models.UniqueConstraint(
+            fields=[owner],
+            condition=models.Q(gpu_model__isnull=True),
+            name=f"{prefix}_unique_{owner}_any_model",
+            violation_error_message=f"The {owner} already has an any-model quota.",
+        ),
+        models.CheckConstraint(
+            condition=models.Q(limit__gte=models.F("guaranteed")),
+            name=f"{prefix}_limit_gte_guaranteed",
+            violation_error_message="The limit must be at least the guaranteed number of GPUs.",
+        ),
+    ]
+
+
+class Quota(QuotaNumbers):
     """GPUs a team may hold at any instant, per GPU model (or across all models when blank).
 
     Up to `guaranteed` GPUs are never preempted; above it, up to `limit`, use is over-quota:
@@ -248,33 +282,12 @@ class Quota(models.Model):
         related_name="quotas",
         help_text="Blank: the quota caps the team's GPUs of all models together.",
     )
-    guaranteed = models.PositiveIntegerField(default=0)
-    limit = models.PositiveIntegerField(default=0, help_text="Burst ceiling, at least guaranteed.")
-    updated_at = models.DateTimeField(auto_now=True)
 
     objects = TeamOwnedQuerySet.as_manager()
 
     class Meta:
         ordering = ["team__slug", "gpu_model__name"]
-        constraints = [
-            models.UniqueConstraint(
-                fields=["team", "gpu_model"],
-                condition=models.Q(gpu_model__isnull=False),
-                name="quota_unique_team_model",
-                violation_error_message="The team already has a quota for this GPU model.",
-            ),
-            models.UniqueConstraint(
-                fields=["team"],
-                condition=models.Q(gpu_model__isnull=True),
-                name="quota_unique_team_any_model",
-                violation_error_message="The team already has an any-model quota.",
-            ),
-            models.CheckConstraint(
-                condition=models.Q(limit__gte=models.F("guaranteed")),
-                name="quota_limit_gte_guaranteed",
-                violation_error_message="The limit must be at least the guaranteed number of GPUs.",
-            ),
-        ]
+        constraints = quota_constraints("team", "quota")
 
     def __str__(self) -> str:
         return f"{self.team.slug}/{self.gpu_model or 'any model'}"
@@ -303,7 +316,7 @@ class UnitMembership(models.Model):
         return f"{self.user} admin of {self.unit}"
 
 
-class UnitQuota(models.Model):
+class UnitQuota(QuotaNumbers):
     """GPUs an organisation unit guarantees and caps for all the teams below it together, per
     GPU model (or all models when blank). The guarantees of what sits directly below (teams and
     child units) may not add up to more than the unit's guarantee; the limit caps their
@@ -319,31 +332,10 @@ class UnitQuota(models.Model):
         related_name="unit_quotas",
         help_text="Blank: the quota caps the unit's GPUs of all models together.",
     )
-    guaranteed = models.PositiveIntegerField(default=0)
-    limit = models.PositiveIntegerField(default=0, help_text="Burst ceiling, at least guaranteed.")
-    updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
         ordering = ["unit__slug", "gpu_model__name"]
-        constraints = [
-            models.UniqueConstraint(
-                fields=["unit", "gpu_model"],
-                condition=models.Q(gpu_model__isnull=False),
-                name="unitquota_unique_unit_model",
-                violation_error_message="The unit already has a quota for this GPU model.",
-            ),
-            models.UniqueConstraint(
-                fields=["unit"],
-                condition=models.Q(gpu_model__isnull=True),
-                name="unitquota_unique_unit_any_model",
-                violation_error_message="The unit already has an any-model quota.",
-            ),
-            models.CheckConstraint(
-                condition=models.Q(limit__gte=models.F("guaranteed")),
-                name="unitquota_limit_gte_guaranteed",
-                violation_error_message="The limit must be at least the guaranteed number of GPUs.",
-            ),
-        ]
+        constraints = quota_constraints("unit", "unitquota")
 
     def __str__(self) -> str:
         return f"{self.unit.slug}/{self.gpu_model or 'any model'}"

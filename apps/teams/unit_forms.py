@@ -1,11 +1,9 @@
 """Forms of the organisation units page; the services make every decision."""
 
 from django import forms
-from django.core.exceptions import ValidationError
 
-from apps.fleet.models import GpuModel
-from apps.teams.models import OrgUnit, Team, User
-from apps.teams.services import quota_numbers_check
+from apps.teams.forms import ActiveUserField, QuotaNumbersForm
+from apps.teams.models import OrgUnit, Team
 
 
 class UnitCreateForm(forms.Form):
@@ -38,35 +36,9 @@ class TeamMoveForm(forms.Form):
         self.fields["unit"].queryset = units if units is not None else OrgUnit.objects.none()
 
 
-class UnitQuotaForm(forms.Form):
-    gpu_model = forms.ModelChoiceField(
-        queryset=GpuModel.objects.order_by("name"),
-        to_field_name="name",
-        required=False,
-        empty_label="any model",
-        label="GPU model",
-    )
-    guaranteed = forms.IntegerField(min_value=0, max_value=1_000_000)
-    limit = forms.IntegerField(min_value=0, max_value=1_000_000)
-
-    def clean(self):
-        data = super().clean()
-        guaranteed, limit = data.get("guaranteed"), data.get("limit")
-        if guaranteed is not None and limit is not None:
-            try:
-                quota_numbers_check(guaranteed=guaranteed, limit=limit)
-            except ValidationError as invalid:
-                for field, messages in invalid.message_dict.items():
-                    self.add_error(field, messages)
-        return data
+class UnitQuotaForm(QuotaNumbersForm):
+    errors_on_fields = True
 
 
 class UnitAdminForm(forms.Form):
-    username = forms.CharField(max_length=150, label="Username")
-
-    def clean_username(self) -> User:
-        username = self.cleaned_data["username"].strip()
-        try:
-            return User.objects.get(username=username, is_active=True)
-        except User.DoesNotExist:
-            raise forms.ValidationError(f"No active user named “{username}”.") from None
+    username = ActiveUserField()
