@@ -839,6 +839,9 @@ def bench_rollups(nodes: int = 125, per_node: int = 8) -> None:
         again_rows, again_s = timed(lambda: rollup_minutes(start=hour, end=end))
         last5 = end - timedelta(minutes=5)  # telemetry.minutely's window, every minute
         last5_rows, last5_s = timed(lambda: rollup_minutes(start=last5, end=end))
+        # As the minutely task finds it: the newest minute's samples not rolled up yet.
+        GpuMinuteRollup.objects.filter(bucket__gte=end - timedelta(minutes=1)).delete()
+        newest_rows, newest_s = timed(lambda: rollup_minutes(start=last5, end=end))
         hours_rows, hours_s = timed(lambda: rollup_hours(start=hour, end=end))
         baseline_rows, baseline_s = timed(
             lambda: conn.execute(f"SELECT count(*) FROM ({group_by}) g", params).fetchone()[0]  # noqa: S608
@@ -853,10 +856,12 @@ def bench_rollups(nodes: int = 125, per_node: int = 8) -> None:
         _, into_s = timed(into_table)
     finally:
         conn.close()
-    assert minutes_rows == again_rows == baseline_rows == len(gpu_ids) * 60, (
-        minutes_rows,
+    assert minutes_rows == baseline_rows == len(gpu_ids) * 60, (minutes_rows, baseline_rows)
+    # Minutes whose samples and holder did not change are not recomputed.
+    assert again_rows == last5_rows == 0 and newest_rows == len(gpu_ids), (
         again_rows,
-        baseline_rows,
+        last5_rows,
+        newest_rows,
     )
     assert hours_rows == len(gpu_ids)
     assert GpuMinuteRollup.objects.filter(bucket__gte=hour, bucket__lt=end).count() == minutes_rows
@@ -875,8 +880,9 @@ def bench_rollups(nodes: int = 125, per_node: int = 8) -> None:
     print(f"{'query':62} {'rows':>7} {'seconds':>8}")
     for label, n, seconds in (
         ("rollup_minutes over the hour (first run, inserts)", minutes_rows, minutes_s),
-        ("rollup_minutes over the hour again (upserts)", again_rows, again_s),
-        ("rollup_minutes, last 5 minutes (the minutely task's window)", last5_rows, last5_s),
+        ("rollup_minutes over the hour again (nothing new: none recomputed)", again_rows, again_s),
+        ("rollup_minutes, last 5 minutes (the minutely window), nothing new", last5_rows, last5_s),
+        ("rollup_minutes, last 5 minutes, the newest one new", newest_rows, newest_s),
         ("rollup_hours over the hour", hours_rows, hours_s),
         ("baseline: plain GROUP BY (gpu_id, minute) avg/max", baseline_rows, baseline_s),
         ("same GROUP BY into a temp table (reference)", baseline_rows, into_s),

@@ -36,22 +36,55 @@ ROLLUP_FIELDS = [
     "dram_bw_avg",
 ]
 
+# A minute whose stored rollup has the figures its samples give now and the team holding it now
+# is not recomputed. The minutely run covers the last ROLLUP_WINDOW every minute although only
+# the newest minutes get samples, and the energy steps (a window over each GPU's samples since
+# the look-back, sorted) were most of its cost: they are taken only from each GPU's first changed
+# minute on (a new sample changes the step into the minutes after it too).
 MINUTE_SQL = """
-WITH s AS (
-    SELECT gpu_id, ts, util_gpu, mem_used_mib, power_w,
-           sm_active, sm_occupancy, tensor_active, dram_bw_util,
-           energy_mj - lag(energy_mj) OVER (PARTITION BY gpu_id ORDER BY ts) AS step_mj
-    FROM telemetry_gpusample
-    WHERE ts >= %(lookback)s AND ts < %(end)s
-), grouped AS (
+WITH counted AS (
     SELECT gpu_id, date_trunc('minute', ts) AS bucket, count(*) AS samples,
-           avg(util_gpu) AS util_avg, max(util_gpu) AS util_max,
-           avg(mem_used_mib) AS mem_avg, max(mem_used_mib) AS mem_max, avg(power_w) AS power_avg,
-           sum(step_mj) FILTER (WHERE step_mj >= 0) / 1000.0 AS energy_j,
-           60.0 * count(*) FILTER (WHERE {busy_sample}) / count(*) AS busy_seconds,
-           avg(sm_active) AS sm_active_avg, avg(sm_occupancy) AS sm_occupancy_avg,
-           avg(tensor_active) AS tensor_active_avg, avg(dram_bw_util) AS dram_bw_avg
-    FROM s WHERE ts >= %(start)s
+           avg(util_gpu)::float8 AS util_avg, max(util_gpu) AS util_max,
+           avg(mem_used_mib)::float8 AS mem_avg, max(mem_used_mib) AS mem_max,
+           avg(power_w)::float8 AS power_avg,
+           (60.0 * count(*) FILTER (WHERE {busy_sample}) / count(*))::float8 AS busy_seconds,
+           avg(sm_active)::float8 AS sm_active_avg, avg(sm_occupancy)::float8 AS sm_occupancy_avg,
+           avg(tensor_active)::float8 AS tensor_active_avg,
+           avg(dram_bw_util)::float8 AS dram_bw_avg
+    FROM telemetry_gpusample
+    WHERE ts >= %(start)s AND ts < %(end)s
+    GROUP BY gpu_id, date_trunc('minute', ts)
+), redo AS (
+    SELECT c.gpu_id, min(c.bucket) AS since
+    FROM counted c
+    LEFT JOIN telemetry_gpuminuterollup r
+        ON r.gpu_id = c.gpu_id AND r.bucket = c.bucket
+        AND r.bucket >= %(start)s AND r.bucket < %(end)s
+    WHERE (r.samples, r.util_avg, r.util_max, r.mem_used_avg_mib, r.mem_used_max_mib,
+           r.power_avg_w, r.busy_seconds, r.sm_active_avg, r.sm_occupancy_avg,
+           r.tensor_active_avg, r.dram_bw_avg)
+          IS DISTINCT FROM
+          (c.samples, c.util_avg, c.util_max, c.mem_avg, c.mem_max, c.power_avg,
+           c.busy_seconds, c.sm_active_avg, c.sm_occupancy_avg, c.tensor_active_avg,
+           c.dram_bw_avg)
+       OR r.team_id IS DISTINCT FROM {counted_team}
+    GROUP BY c.gpu_id
+), s AS (
+    SELECT t.gpu_id, t.ts,
+           t.energy_mj - CASE
+               WHEN lag(t.ts) OVER w IS NOT NULL THEN lag(t.energy_mj) OVER w
+               -- the GPU's sample before its first recomputed one, as far back as the look-back
+               ELSE (SELECT p.energy_mj FROM telemetry_gpusample p
+                     WHERE p.gpu_id = t.gpu_id AND p.ts < t.ts AND p.ts >= %(lookback)s
+                     ORDER BY p.ts DESC LIMIT 1)
+           END AS step_mj
+    FROM telemetry_gpusample t JOIN redo ON redo.gpu_id = t.gpu_id
+    WHERE t.ts >= %(start)s AND t.ts < %(end)s AND t.ts >= redo.since
+    WINDOW w AS (PARTITION BY t.gpu_id ORDER BY t.ts)
+), energy AS (
+    SELECT gpu_id, date_trunc('minute', ts) AS bucket,
+           sum(step_mj) FILTER (WHERE step_mj >= 0) / 1000.0 AS energy_j
+    FROM s
     GROUP BY gpu_id, date_trunc('minute', ts)
 )
 INSERT INTO telemetry_gpuminuterollup
@@ -60,9 +93,11 @@ INSERT INTO telemetry_gpuminuterollup
      dram_bw_avg)
 SELECT g.gpu_id, g.bucket,
        {holding_team},
-       g.samples, g.util_avg, g.util_max, g.mem_avg, g.mem_max, g.power_avg, g.energy_j,
+       g.samples, g.util_avg, g.util_max, g.mem_avg, g.mem_max, g.power_avg, e.energy_j,
        g.busy_seconds, g.sm_active_avg, g.sm_occupancy_avg, g.tensor_active_avg, g.dram_bw_avg
-FROM grouped g
+FROM counted g
+JOIN redo ON redo.gpu_id = g.gpu_id AND g.bucket >= redo.since
+JOIN energy e ON e.gpu_id = g.gpu_id AND e.bucket = g.bucket
 ON CONFLICT (gpu_id, bucket) DO UPDATE SET
     team_id = EXCLUDED.team_id, samples = EXCLUDED.samples, util_avg = EXCLUDED.util_avg,
     util_max = EXCLUDED.util_max, mem_used_avg_mib = EXCLUDED.mem_used_avg_mib,
@@ -216,6 +251,9 @@ def rollup_minutes(*, start: datetime, end: datetime, portable: bool | None = No
                         # a minute is charged to the team whose booking holds it at its start
                         holding_team=HOLDING_TEAM_AT_SQL.format(
                             gpu_id="g.gpu_id", moment="g.bucket"
+                        ),
+                        counted_team=HOLDING_TEAM_AT_SQL.format(
+                            gpu_id="c.gpu_id", moment="c.bucket"
                         ),
                     ),
                     {"start": start, "end": end, "lookback": start - LOOKBACK, **busy_params},
