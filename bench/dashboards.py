@@ -14,7 +14,8 @@ one GROUP BY), without figures or JSON.
 Targets: each endpoint < 300 ms (median of 5) and < 1 MB.
 
 Run: .venv/bin/python bench/dashboards.py [--gpus 1000]   (bench/scale.py runs it at 10,000)
-Uses its own PostgreSQL database (portal_bench_dashboards, dropped and rebuilt).
+Uses its own PostgreSQL database (portal_bench_dashboards, dropped and rebuilt;
+BENCH_DASHBOARDS_DATABASE_URL to change).
 """
 
 import argparse
@@ -29,7 +30,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-os.environ["DATABASE_URL"] = "postgres://postgres@127.0.0.1:5432/portal_bench_dashboards"
+os.environ["DATABASE_URL"] = os.environ.get(
+    "BENCH_DASHBOARDS_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/portal_bench_dashboards"
+)
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bench.settings")
 
 import django  # noqa: E402
