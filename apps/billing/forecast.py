@@ -1,4 +1,5 @@
-"""Budget forecasts: where a team's month ends at its recent pace, with a range.
+"""Budget forecasts: where a team's month ends at its recent pace, with a range. A unit's
+budget is forecast the same way over all the teams below it together (`budget_forecast`).
 
 **Run-rate.** What the team was charged per UTC day over the last `BILLING_FORECAST_DAYS`
 complete days (7 by default; usage of every kind, bookings and jobs, not adjustments: they are
@@ -41,7 +42,8 @@ DAY = timedelta(days=1)
 
 @dataclass
 class Forecast:
-    """A team's month: what it spent, has booked, has left, and where it is heading."""
+    """A team's month (or a unit's: all the teams below it together): what it spent, has
+    booked, has left, and where it is heading."""
 
     team: str
     period: str
@@ -61,6 +63,12 @@ class Forecast:
     exceeds_on_latest: date | None = None
     # (day, expected, low, high): the running total at the end of each day left in the month.
     days: list = field(default_factory=list)
+    unit: str = ""  # a unit's forecast: the unit's path ("Organisation / Research"); team empty
+
+    @property
+    def who(self) -> str:
+        """How messages name the budget's owner: the team's slug, or "unit <path>"."""
+        return f"unit {self.unit}" if self.unit else self.team
 
     @property
     def left(self) -> Decimal | None:
@@ -76,15 +84,15 @@ class Forecast:
         if self.budget is None:
             return ""
         if self.spent > self.budget:
-            return f"{self.team} has exceeded its {self.period} budget."
+            return f"{self.who} has exceeded its {self.period} budget."
         if self.exceeds_on is None:
             if self.exceeds_on_earliest is not None:
                 return (
-                    f"At this rate {self.team} stays within its {self.period} budget; at the "
+                    f"At this rate {self.who} stays within its {self.period} budget; at the "
                     f"high end of its range it would exceed it on {self.exceeds_on_earliest:%b %d}."
                 )
-            return f"At this rate {self.team} stays within its {self.period} budget."
-        return f"At this rate {self.team} exceeds its budget on {self.exceeds_on:%b %d}."
+            return f"At this rate {self.who} stays within its {self.period} budget."
+        return f"At this rate {self.who} exceeds its budget on {self.exceeds_on:%b %d}."
 
     def as_dict(self) -> dict:
         """The figures (Decimals in cents; dates as ISO strings)."""
@@ -106,6 +114,7 @@ class Forecast:
         }
         return {
             "team": self.team,
+            **({"unit": self.unit} if self.unit else {}),
             "period": self.period,
             "enforcement": self.enforcement,
             **money,
@@ -121,11 +130,12 @@ class Forecast:
         }
 
 
-def daily_charges(*, team, start: date, end: date) -> list[Decimal]:
-    """The team's usage charges per UTC day over [start, end), zero for days without any."""
+def daily_charges(*, team=None, team_ids=None, start: date, end: date) -> list[Decimal]:
+    """The team's (or these teams' together) usage charges per UTC day over [start, end), zero
+    for days without any."""
     rows = (
         LedgerEntry.objects.filter(
-            team=team,
+            team_id__in=[team.pk] if team is not None else list(team_ids),
             slice_start__gte=datetime.combine(start, datetime.min.time(), UTC),
             slice_start__lt=datetime.combine(end, datetime.min.time(), UTC),
         )
@@ -152,11 +162,17 @@ def run_rate(daily: list[Decimal]) -> tuple[Decimal, Decimal, Decimal]:
     )
 
 
-def booked_by_day(*, team, since: datetime, until: datetime, now: datetime) -> dict[date, Decimal]:
-    """What the team's bookings will cost per UTC day over [since, until), exact, priced as
-    they will be charged (each GPU above the guarantee at the over-quota multiplier)."""
+def booked_by_day(
+    *, team=None, team_ids=None, since: datetime, until: datetime, now: datetime
+) -> dict[date, Decimal]:
+    """What the team's (or these teams') bookings will cost per UTC day over [since, until),
+    exact, priced as they will be charged (each GPU above the guarantee at the over-quota
+    multiplier)."""
+    ids = [team.pk] if team is not None else list(team_ids)
     holdings = (
-        bookings_holding(since, until).filter(reservation__team=team).select_related("gpu__model")
+        bookings_holding(since, until)
+        .filter(reservation__team_id__in=ids)
+        .select_related("gpu__model")
     )
     rates = RateBook(start=since, end=until)
     energy: dict[int, Decimal] = {}
@@ -185,19 +201,47 @@ def booked_by_day(*, team, since: datetime, until: datetime, now: datetime) -> d
 
 def forecast(*, team, period: BillingPeriod, now: datetime, window_days: int | None = None):
     """The team's month (see the module docstring)."""
+    budget = Budget.objects.filter(team=team, period_id=period.pk).first() if period.pk else None
+    return _forecast(
+        team_ids=[team.pk], budget=budget, period=period, now=now, window_days=window_days,
+        team=team.slug,
+    )  # fmt: skip
+
+
+def budget_forecast(budget: Budget, *, now: datetime, tree=None) -> Forecast:
+    """The month of a budget's owner: its team's (`forecast`), or for a unit's budget all the
+    teams below the unit together, on the same rules: one run-rate over their summed daily
+    charges, their bookings as each day's floor, spent as `budget_spend` counts it."""
+    if budget.team_id is not None:
+        return forecast(team=budget.team, period=budget.period, now=now)
+    from apps.billing.selectors import budget_team_ids
+    from apps.teams.selectors import org_tree, unit_path_label
+
+    tree = tree or org_tree()
+    return _forecast(
+        team_ids=budget_team_ids(budget, tree=tree), budget=budget, period=budget.period,
+        now=now, team="", unit=unit_path_label(budget.unit, tree=tree),
+    )  # fmt: skip
+
+
+def _forecast(
+    *, team_ids, budget, period: BillingPeriod, now: datetime, window_days=None, team="", unit=""
+) -> Forecast:
     window_days = window_days or settings.BILLING_FORECAST_DAYS
     start, end = month_bounds(period.month)
-    budget = Budget.objects.filter(team=team, period_id=period.pk).first() if period.pk else None
-    from apps.billing.selectors import team_spend
+    from apps.billing.selectors import teams_spend
 
-    spent = team_spend(team=team, period=period)
+    spent = teams_spend(team_ids=team_ids, period=period)
     today = now.astimezone(UTC).date()
-    daily = daily_charges(team=team, start=today - timedelta(days=window_days), end=today)
+    daily = daily_charges(team_ids=team_ids, start=today - timedelta(days=window_days), end=today)
     rate, low, high = run_rate(daily)
     since = max(now, start)
-    booked = booked_by_day(team=team, since=since, until=end, now=now) if since < end else {}
+    booked = (
+        booked_by_day(team_ids=team_ids, since=since, until=end, now=now) if since < end else {}
+    )
     result = Forecast(
-        team=team.slug,
+        team=team,
+        unit=unit,
         period=f"{period.month:%Y-%m}",
         budget=budget.amount if budget else None,
         enforcement=budget.enforcement if budget else None,

@@ -89,9 +89,10 @@ def budget_set(
 
 def budget_alerts_check(*, budget: Budget, now: datetime | None = None) -> list[BudgetAlert]:
     """Record (once each) the 50/80/100 % thresholds the spend has crossed (the team's, or all
-    the teams' below the unit) and email the team's (the unit's) admins; and for a team budget,
-    once, while the month is still running and the budget not yet passed, the day the forecast
-    (`forecast.forecast`) says it will be ("at this rate nlp exceeds its budget on Dec 21").
+    the teams' below the unit) and email the team's (the unit's) admins; and once, while the
+    month is still running and the budget not yet passed, the day the forecast
+    (`forecast.budget_forecast`) says it will be ("at this rate nlp exceeds its budget on
+    Dec 21", "at this rate unit Organisation / Research exceeds ...").
     The alerts also show in the portal and the API."""
     if budget.amount <= 0:
         return []
@@ -116,30 +117,42 @@ def budget_alerts_check(*, budget: Budget, now: datetime | None = None) -> list[
 
 
 def _forecast_alert(budget: Budget, spent: Decimal, *, now: datetime) -> list[BudgetAlert]:
-    from apps.billing.forecast import forecast
+    """The forecast alert of a team's or a unit's budget (`forecast.budget_forecast`: a unit's
+    over all its teams together), recorded and mailed once per budget, so once a month; a
+    racing check that loses the insert sends nothing."""
+    from apps.billing.forecast import budget_forecast
 
     _, end = month_bounds(budget.period.month)
-    if budget.team_id is None or now >= end or spent >= budget.amount or budget.period.is_closed:
+    if now >= end or spent >= budget.amount or budget.period.is_closed:
         return []
     if budget.alerts.filter(kind=BudgetAlert.Kind.FORECAST).exists():
         return []
-    outlook = forecast(team=budget.team, period=budget.period, now=now)
+    outlook = budget_forecast(budget, now=now)
     if outlook.exceeds_on is None:
         return []
-    alert = BudgetAlert.objects.create(
+    alert, created = BudgetAlert.objects.get_or_create(
         budget=budget,
         kind=BudgetAlert.Kind.FORECAST,
         threshold=100,
-        spent=spent.quantize(CENT),
-        exceeds_on=outlook.exceeds_on,
-        message=outlook.message,
+        defaults={
+            "spent": spent.quantize(CENT),
+            "exceeds_on": outlook.exceeds_on,
+            "message": outlook.message,
+        },
     )
+    if not created:
+        return []
     recipients = _team_admin_emails(budget)
     if recipients:
+        who = (
+            f"Team {budget.team.name} has"
+            if budget.team_id
+            else f"Unit {outlook.unit} (all its teams together) has"
+        )
         outbox_send_mail(
             subject=f"[GPU portal] {outlook.message}",
             body=(
-                f"{outlook.message}\n\nTeam {budget.team.name} has been charged "
+                f"{outlook.message}\n\n{who} been charged "
                 f"{outlook.spent} of its {budget.amount} budget for {budget.period}; "
                 f"{outlook.booked} more is booked. At its run-rate of {outlook.run_rate} a day "
                 f"(last {outlook.window_days} days; range {outlook.run_rate_low} to "
