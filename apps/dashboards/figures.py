@@ -1,6 +1,7 @@
 """Plotly figures of the dashboards, built on the server from apps.dashboards.selectors and sent
 to the browser as JSON (the page draws them with the bundled plotly.js)."""
 
+from collections import Counter
 from datetime import datetime
 from decimal import Decimal
 
@@ -156,12 +157,13 @@ def idle(filters: Filters) -> dict:
     for s in states:
         s["state_label"] = STATE_LABELS[s["state"]]
     nodes = sorted({s["node"] for s in states})
+    rows = {node: row for row, node in enumerate(nodes)}
     width = max((s["index"] for s in states), default=-1) + 1
     codes = {state: i for i, state in enumerate(STATE_ORDER)}
     z = [[None] * width for _ in nodes]
     text = [[""] * width for _ in nodes]
     for s in states:
-        row, col = nodes.index(s["node"]), s["index"]
+        row, col = rows[s["node"]], s["index"]
         z[row][col] = codes[s["state"]]
         text[row][col] = (
             f"{s['node']}/gpu{s['index']} {s['model']}: {STATE_LABELS[s['state']]}"
@@ -227,18 +229,15 @@ def idle(filters: Filters) -> dict:
         price = _price(row["model_name"], filters.end)
         cost = (Decimal(str(row["gpu_hours"])) * price).quantize(Decimal("0.01")) if price else None
         by_kind.append({**row, "cost": cost})
+    state_counts = Counter(s["state"] for s in states)
+    signal_counts = Counter(s["signal"] for s in states)
     return {
         "states": states,
-        "state_counts": {s: sum(1 for x in states if x["state"] == s) for s in STATE_ORDER},
-        "state_legend": [
-            (s, STATE_LABELS[s], sum(1 for x in states if x["state"] == s)) for s in STATE_ORDER
-        ],
-        "signal_counts": {
-            signal: sum(1 for x in states if x["signal"] == signal) for signal in SIGNAL_LABELS
-        },
+        "state_counts": {s: state_counts[s] for s in STATE_ORDER},
+        "state_legend": [(s, STATE_LABELS[s], state_counts[s]) for s in STATE_ORDER],
+        "signal_counts": {signal: signal_counts[signal] for signal in SIGNAL_LABELS},
         "signal_legend": [
-            (label, sum(1 for x in states if x["signal"] == signal))
-            for signal, label in SIGNAL_LABELS.items()
+            (label, signal_counts[signal]) for signal, label in SIGNAL_LABELS.items()
         ],
         "has_idle": bool(hours["series"]),
         "by_kind": by_kind,

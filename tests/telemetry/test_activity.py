@@ -84,7 +84,7 @@ def _idle_page_states(team, now):
         gpu_model=None,
         sees_all=False,
     )
-    return {s["gpu"].pk: (s["state"], s["signal"]) for s in gpu_states_now(filters, now=now)}
+    return {s["gpu_id"]: (s["state"], s["signal"]) for s in gpu_states_now(filters, now=now)}
 
 
 def test_a_gpu_whose_sms_work_a_quarter_of_each_minute_is_busy_for_page_and_reclaim(

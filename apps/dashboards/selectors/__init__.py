@@ -29,6 +29,7 @@ from apps.dashboards.selectors.home import (  # noqa: F401
 )
 from apps.dashboards.selectors.idle import (  # noqa: F401
     POWERED_DOWN,
+    gpu_state_counts,
     gpu_states_now,
     idle_hours,
     reclaimed,

@@ -11,7 +11,7 @@ from apps.billing import selectors as billing
 from apps.billing.periods import month_start
 from apps.dashboards.selectors.filters import UNALLOCATED, parse_filters
 from apps.dashboards.selectors.fleet import quota_pressure
-from apps.dashboards.selectors.idle import gpu_states_now
+from apps.dashboards.selectors.idle import gpu_state_counts
 from apps.jobs.choices import WAITING_STATUSES, JobStatus
 from apps.jobs.models import Job
 from apps.reservations.choices import OPEN_STATUSES
@@ -60,10 +60,9 @@ def home_summary(user, *, now: datetime | None = None) -> dict:
     summary = {"teams": teams}
     if user.is_platform_admin:
         filters = parse_filters({}, user, now=now)
-        states = gpu_states_now(filters, now=now)
+        counts = gpu_state_counts(filters, now=now)
         summary["gpu_states"] = {
-            s: sum(1 for g in states if g["state"] == s)
-            for s in ("busy", "held_idle", UNALLOCATED, "unhealthy")
+            s: counts.get(s, 0) for s in ("busy", "held_idle", UNALLOCATED, "unhealthy")
         }
         summary["quota_pressure"] = [
             row for row in quota_pressure(filters, now=now) if row["waiting"] or row["held"]
