@@ -208,10 +208,11 @@ def forecast(*, team, period: BillingPeriod, now: datetime, window_days: int | N
     )  # fmt: skip
 
 
-def budget_forecast(budget: Budget, *, now: datetime, tree=None) -> Forecast:
+def budget_forecast(budget: Budget, *, now: datetime, tree=None, charged=None) -> Forecast:
     """The month of a budget's owner: its team's (`forecast`), or for a unit's budget all the
     teams below the unit together, on the same rules: one run-rate over their summed daily
-    charges, their bookings as each day's floor, spent as `budget_spend` counts it."""
+    charges, their bookings as each day's floor, spent as `budget_spend` counts it (from
+    `charged`, `selectors.charged_by_team`, when already read)."""
     if budget.team_id is not None:
         return forecast(team=budget.team, period=budget.period, now=now)
     from apps.billing.selectors import budget_team_ids
@@ -220,18 +221,26 @@ def budget_forecast(budget: Budget, *, now: datetime, tree=None) -> Forecast:
     tree = tree or org_tree()
     return _forecast(
         team_ids=budget_team_ids(budget, tree=tree), budget=budget, period=budget.period,
-        now=now, team="", unit=unit_path_label(budget.unit, tree=tree),
+        now=now, team="", unit=unit_path_label(budget.unit, tree=tree), charged=charged,
     )  # fmt: skip
 
 
 def _forecast(
-    *, team_ids, budget, period: BillingPeriod, now: datetime, window_days=None, team="", unit=""
+    *,
+    team_ids,
+    budget,
+    period: BillingPeriod,
+    now: datetime,
+    window_days=None,
+    team="",
+    unit="",
+    charged=None,
 ) -> Forecast:
     window_days = window_days or settings.BILLING_FORECAST_DAYS
     start, end = month_bounds(period.month)
     from apps.billing.selectors import teams_spend
 
-    spent = teams_spend(team_ids=team_ids, period=period)
+    spent = teams_spend(team_ids=team_ids, period=period, charged=charged)
     today = now.astimezone(UTC).date()
     daily = daily_charges(team_ids=team_ids, start=today - timedelta(days=window_days), end=today)
     rate, low, high = run_rate(daily)

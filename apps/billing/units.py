@@ -18,13 +18,18 @@ from apps.teams.selectors import org_tree
 def unit_budget_state(
     budget: Budget, *, now: datetime, tree: OrgTree | None = None, charged: dict | None = None
 ) -> dict:
-    """Spent, booked ahead and left of a unit's budget, over every team below the unit (spent:
-    the sum of the teams' charges, `charged_by_team`, read here unless given)."""
+    """Spent, booked ahead, left and the forecast month end (with its range, the day it passes
+    the budget and the sentence saying so: `forecast.budget_forecast`) of a unit's budget, over
+    every team below the unit (spent: the sum of the teams' charges, `charged_by_team`, read
+    here unless given)."""
+    from apps.billing.forecast import budget_forecast
+
     tree = tree or org_tree()
     team_ids = budget_team_ids(budget, tree=tree)
     spent = teams_spend(team_ids=team_ids, period=budget.period, charged=charged)
     booked = booked_cost(team_ids=team_ids, period=budget.period, now=now)
     left = budget.amount - spent
+    outlook = budget_forecast(budget, now=now, tree=tree, charged=charged)
     return {
         "unit": budget.unit.slug,
         "unit_path": unit_path_label_from(tree, budget.unit_id),
@@ -35,6 +40,11 @@ def unit_budget_state(
         "booked": booked,
         "left": left,
         "left_after_bookings": left - booked,
+        "projected": outlook.projected,
+        "projected_low": outlook.projected_low,
+        "projected_high": outlook.projected_high,
+        "exceeds_on": outlook.exceeds_on,
+        "message": outlook.message,
     }
 
 

@@ -11,8 +11,10 @@ from apps.billing.forecast import budget_forecast, forecast
 from apps.billing.models import BillingPeriod, Budget, BudgetAlert
 from apps.billing.services import budget_alerts_check
 from apps.billing.services.budgets import budget_alerts_check_all
+from apps.billing.units import unit_budget_rows
 from apps.teams.models import OrgUnit, UnitMembership
 from tests.billing.test_forecast import DEC, NOW, charge_days
+from tests.conftest import client_for
 from tests.factories import TeamFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
@@ -84,7 +86,7 @@ def test_a_unit_within_its_pace_gets_no_forecast_alert(team, other_team, researc
     assert not mail.outbox
 
 
-def test_the_budgets_page_shows_a_units_forecast_alert(
+def test_the_budgets_page_and_api_show_a_units_forecast(
     client, team, other_team, research, december, finance_user
 ):
     charge_days(team, december, ["100.00"] * 9, first=DEC)
@@ -95,3 +97,13 @@ def test_the_budgets_page_shows_a_units_forecast_alert(
     row = page[page.index('<tr data-unit="research"') :]
     row = row[: row.index("</tr>")]
     assert "forecast over on Dec 21" in row
+    # the page and the API read today's forecast; as of NOW it ends at 900 + 22 days x 100
+    assert '<td data-col="forecast">' in row
+    (state,) = unit_budget_rows(user=finance_user, period=december, now=NOW)
+    assert (state["projected"], state["exceeds_on"]) == (Decimal("3100.00"), date(2026, 12, 21))
+    assert (
+        state["message"]
+        == "At this rate unit Organisation / Research exceeds its budget on Dec 21."
+    )
+    burn_down = client_for(finance_user).get(f"/api/v1/budgets/{budget.pk}/").json()["burn_down"]
+    assert Decimal(burn_down["projected"]) >= Decimal(burn_down["spent"]) == Decimal("900.00")
