@@ -9,7 +9,11 @@ Thursday, and a job running outside bookings on another GPU (400 more GPUs). Tim
 Django's test client as a platform admin (median of 5 runs, after one warm-up):
   (a) the chargeback by unit page (/billing/units/) and its API (/api/v1/chargeback/units/),
       vs one SQL GROUP BY unit of the ledger;
-  (b) the quota page (/quotas/), vs one SQL join of the teams' and units' quotas, and vs a
+  (b) the cost dashboard grouped by unit (/billing/cost/?group=unit: each department's cost
+      summed from its teams' rounded totals) and by team, vs the same SQL GROUP BY unit (both
+      read the teams' totals from every export line of the month: the over-quota part is
+      rounded line by line, so no GROUP BY gives it);
+  (c) the quota page (/quotas/), vs one SQL join of the teams' and units' quotas, and vs a
       bare Django view (bench/urls.py) that lists the quota rows with each team's GPUs held
       now in one SQL statement; and how many queries the page makes.
 Target: each under 300 ms.
@@ -212,6 +216,8 @@ def main() -> int:
     checks = [
         ("chargeback by unit, page", "/billing/units/?period=2026-11", UNIT_SQL, month),
         ("chargeback by unit, API", "/api/v1/chargeback/units/?period=2026-11", UNIT_SQL, month),
+        ("cost dashboard by unit", "/billing/cost/?period=2026-11&group=unit", UNIT_SQL, month),
+        ("cost dashboard by team", "/billing/cost/?period=2026-11", UNIT_SQL, month),
         ("quota page", "/quotas/", QUOTA_SQL, []),
     ]
     bare_ms = timed(page("/bench/bare-quotas/"))
