@@ -8,10 +8,11 @@ from django.conf import settings
 
 from apps.billing import energy, exports, selectors
 from apps.billing.choices import BUDGET_THRESHOLDS, PLATFORM_COST_CENTER
-from apps.billing.forecast import forecast
-from apps.billing.models import BillingPeriod, LedgerEntry
+from apps.billing.forecast import forecast, teams_forecast
+from apps.billing.models import BillingPeriod, Budget, LedgerEntry
 from apps.billing.money import ExactSum
 from apps.billing.periods import month_bounds
+from apps.teams.selectors import org_tree
 from portal.plotting import GREY, LAYOUT, PALETTE
 from portal.plotting import figure_json as _figure_json
 from portal.timezones import current_zone, local_day
@@ -20,15 +21,18 @@ MONTHS_SHOWN = 6
 
 
 def cost_figures(
-    *, period: BillingPeriod, teams: list, include_platform: bool, now, group_of=None
+    *, period: BillingPeriod, teams: list, include_platform: bool, now, group_units=None
 ) -> dict:
     """Figures and numbers of the cost dashboard for the given teams (and, when
     `include_platform`, the platform's idle capacity and the capacity powered down to save
-    energy: `powered_off`, per GPU model, with what it saved). `group_of` (team slug -> unit
-    name, `teams.selectors.unit_scope`) sums the teams' rows, month bars and over-quota shares
-    per unit; the burn-down stays per team, as budgets and forecasts are the teams'. `rows`:
-    one per team (per unit), then the platform."""
+    energy: `powered_off`, per GPU model, with what it saved). `group_units` (team slug -> the
+    unit it is grouped under, `teams.selectors.unit_scope`) sums the teams' rows, month bars,
+    over-quota shares and burn-down per unit. `rows`: one per team (per unit), then the
+    platform."""
     team_ids = [t.pk for t in teams]
+    group_of = (
+        None if group_units is None else {slug: unit.name for slug, unit in group_units.items()}
+    )
     totals = [
         t
         for t in exports.team_totals(period)
@@ -45,7 +49,7 @@ def cost_figures(
         "powered_off": _powered_off(period, now) if include_platform else None,
         "figures": {
             "cost-by-month": _by_month(period, team_ids, include_platform, group_of),
-            "burn-down": _burn_down(period, teams, now),
+            "burn-down": _burn_down(period, teams, now, group_units),
             "by-model": _by_model(period, team_ids, include_platform),
             "over-quota": _over_quota(rows),
         },
@@ -138,9 +142,45 @@ def _by_month(period, team_ids, include_platform, group_of=None) -> dict:
     return _figure_json(figure)
 
 
-def _burn_down(period, teams, now) -> dict:
-    """Cumulative spend and projection per team in money (top panel), and the same as a share
-    of each team's budget (bottom panel, with the 50/80/100 % alert lines). Budgets are often
+def _burn_down_owners(period, teams, group_units) -> list[tuple]:
+    """What the burn-down draws a line for: (name, team ids, forecast at `now`) per team, or
+    with `group_units` per unit (its teams together, `forecast.teams_forecast`), against the
+    unit's budget only when all the unit's teams are in view: a reader who sees part of a unit
+    gets the part's spend and pace, not a budget that covers teams hidden from them."""
+    if group_units is None:
+        return [
+            (team.slug, [team.pk], lambda now, team=team: forecast(team=team, period=period,
+                                                                   now=now))
+            for team in teams
+        ]  # fmt: skip
+    tree = org_tree()
+    members: dict[int, list[int]] = {}
+    units = {}
+    for team in teams:
+        unit = group_units[team.slug]
+        units[unit.pk] = unit
+        members.setdefault(unit.pk, []).append(team.pk)
+    budgets = {
+        budget.unit_id: budget
+        for budget in Budget.objects.filter(period_id=period.pk, unit_id__in=list(units))
+    } if period.pk else {}  # fmt: skip
+    owners = []
+    for unit_id, ids in members.items():
+        whole = set(ids) == tree.teams_under(unit_id)
+        budget = budgets.get(unit_id) if whole else None
+        name = units[unit_id].name
+
+        def outlook_of(now, ids=ids, budget=budget, name=name):
+            return teams_forecast(team_ids=ids, budget=budget, period=period, now=now, unit=name)
+
+        owners.append((name, ids, outlook_of))
+    return sorted(owners, key=lambda owner: owner[0])
+
+
+def _burn_down(period, teams, now, group_units=None) -> dict:
+    """Cumulative spend and projection per team (per unit with `group_units`) in money (top
+    panel), and the same as a share of each team's (unit's) budget (bottom panel, with the
+    50/80/100 % alert lines). Budgets are often
     many times a month's spend so far: on the money axis they would flatten the spend lines to
     zero, so they get their own panel and axis."""
     start, end = month_bounds(period.month)
@@ -167,18 +207,20 @@ def _burn_down(period, teams, now) -> dict:
         }
     )  # fmt: skip
     with_budget = False
-    for index, team in enumerate(teams[: len(PALETTE)]):
+    for index, (name, team_ids, outlook_of) in enumerate(
+        _burn_down_owners(period, teams, group_units)[: len(PALETTE)]
+    ):
         colour = PALETTE[index]
         running, xs, ys = Decimal(0), [], []
-        for day, total in selectors.daily_spend(team=team, period=period):
+        for day, total in selectors.daily_spend(team_ids=team_ids, period=period):
             running += total
             xs.append(day.isoformat())
             ys.append(running)
         if not xs:
             continue
-        outlook = forecast(team=team, period=period, now=now)
+        outlook = outlook_of(now)
         budget = outlook.budget
-        lines = [(f"{team.slug} spent", xs, ys, {"color": colour})]
+        lines = [(f"{name} spent", xs, ys, {"color": colour})]
         if now < end and outlook.days:
             ahead = [xs[-1]] + [day.isoformat() for day, *_ in outlook.days]
             for label, position, dash in (
@@ -187,19 +229,20 @@ def _burn_down(period, teams, now) -> dict:
                 ("forecast", 1, "dash"),
             ):
                 values = [ys[-1]] + [row[position] for row in outlook.days]
-                lines.append((f"{team.slug} {label}", ahead, values, {"color": colour, "dash": dash,
+                lines.append((f"{name} {label}", ahead, values, {"color": colour, "dash": dash,
                               "width": 1 if "," in label else 2}))  # fmt: skip
+        group = name
         for name, x, y, line in lines:
             figure.add_scatter(
                 x=x, y=[float(v) for v in y], mode="lines+markers" if "spent" in name else "lines",
-                name=name, line=line, legendgroup=team.slug,
+                name=name, line=line, legendgroup=group,
                 hovertemplate=f"%{{y:,.2f}} {settings.BILLING_CURRENCY}",
             )  # fmt: skip
             if budget:
                 with_budget = True
                 figure.add_scatter(
                     x=x, y=[float(v / budget * 100) for v in y], mode="lines",
-                    name=f"{name}, % of budget", line=line, legendgroup=team.slug,
+                    name=f"{name}, % of budget", line=line, legendgroup=group,
                     showlegend=False, xaxis="x2", yaxis="y2",
                     hovertemplate="%{y:.1f} % of " + f"{budget:,.2f} {settings.BILLING_CURRENCY}",
                 )  # fmt: skip

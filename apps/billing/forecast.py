@@ -202,7 +202,7 @@ def booked_by_day(
 def forecast(*, team, period: BillingPeriod, now: datetime, window_days: int | None = None):
     """The team's month (see the module docstring)."""
     budget = Budget.objects.filter(team=team, period_id=period.pk).first() if period.pk else None
-    return _forecast(
+    return teams_forecast(
         team_ids=[team.pk], budget=budget, period=period, now=now, window_days=window_days,
         team=team.slug,
     )  # fmt: skip
@@ -219,13 +219,13 @@ def budget_forecast(budget: Budget, *, now: datetime, tree=None, charged=None) -
     from apps.teams.selectors import org_tree, unit_path_label
 
     tree = tree or org_tree()
-    return _forecast(
+    return teams_forecast(
         team_ids=budget_team_ids(budget, tree=tree), budget=budget, period=budget.period,
         now=now, team="", unit=unit_path_label(budget.unit, tree=tree), charged=charged,
     )  # fmt: skip
 
 
-def _forecast(
+def teams_forecast(
     *,
     team_ids,
     budget,
@@ -236,6 +236,8 @@ def _forecast(
     unit="",
     charged=None,
 ) -> Forecast:
+    """The month of these teams together against `budget` (None: no budget), named `team`
+    (a team's slug) or `unit` (a unit's label) in its message (see the module docstring)."""
     window_days = window_days or settings.BILLING_FORECAST_DAYS
     start, end = month_bounds(period.month)
     from apps.billing.selectors import teams_spend

@@ -161,14 +161,14 @@ def burn_down(*, team, period: BillingPeriod, now: datetime) -> dict:
     return forecast(team=team, period=period, now=now).as_dict()
 
 
-def daily_spend(*, team, period: BillingPeriod) -> list[tuple]:
-    """(day, cost) of a team's ledger in the period, for the burn-down chart; days are the
-    reader's (the current zone's)."""
+def daily_spend(*, team=None, team_ids=None, period: BillingPeriod) -> list[tuple]:
+    """(day, cost) of a team's (or these teams' together) ledger in the period, for the
+    burn-down chart; days are the reader's (the current zone's)."""
     from django.db.models.functions import TruncDate
 
     rows = (
         ledger_for_period(period)
-        .filter(team=team)
+        .filter(team_id__in=[team.pk] if team is not None else list(team_ids))
         .annotate(day=TruncDate("slice_start", tzinfo=timezone.get_current_timezone()))
         .values("day")
         .annotate(total=ExactSum("cost"))

@@ -316,7 +316,7 @@ def cost_dashboard_view(request):
         teams=list(scope.teams),
         include_platform=sees_all and not chosen and not unit_slug,
         now=timezone.now(),
-        group_of=scope.group_of,
+        group_units=scope.group_units,
     )
     return render(
         request,

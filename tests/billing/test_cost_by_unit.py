@@ -8,7 +8,7 @@ import pytest
 
 from apps.billing.figures import cost_figures
 from apps.billing.metering import meter_interval
-from apps.billing.models import BillingPeriod
+from apps.billing.models import BillingPeriod, Budget
 from apps.fleet.models import Gpu
 from apps.reservations.choices import ReservationStatus
 from apps.teams.selectors import unit_scope
@@ -44,7 +44,7 @@ def _figures(user, period, **filters):
     scope = unit_scope(user=user, **filters)
     return cost_figures(
         period=period, teams=list(scope.teams), include_platform=False, now=AFTER_NOV,
-        group_of=scope.group_of,
+        group_units=scope.group_units,
     )  # fmt: skip
 
 
@@ -123,3 +123,28 @@ def test_bad_filters_get_an_answer_not_an_error(client, finance_user, org_novemb
     assert "group must be team or unit. Showing the cost by team instead." in refused.text
     assert 'data-row="nlp"' in refused.text
     assert client.get("/billing/cost/?period=2026-11&unit=nowhere").status_code == 404
+
+
+def test_the_burn_down_draws_a_unit_against_its_budget_only_when_all_its_teams_show(
+    org_november,
+):
+    pa, la, period = (
+        org_november["users"]["pa"],
+        org_november["users"]["la"],
+        org_november["period"],
+    )
+    Budget.objects.create(
+        unit=org_november["units"]["research"], period=period, amount=Decimal(400)
+    )
+    by_team = {t["name"]: t["y"] for t in _figures(pa, period)["figures"]["burn-down"]["data"]}
+    burn = _figures(pa, period, group="unit")["figures"]["burn-down"]["data"]
+    traces = {t["name"]: t["y"] for t in burn}
+    assert {"Research spent", "Ops spent"} <= set(traces)
+    research = by_team["nlp spent"][-1] + by_team["cv spent"][-1]
+    assert traces["Research spent"][-1] == pytest.approx(research)
+    assert traces["Research spent, % of budget"][-1] == pytest.approx(research / 400 * 100)
+    assert "Ops spent, % of budget" not in traces  # ops has no budget
+    # la sees cv only: Research's line is cv's spend, and research's budget is not drawn
+    partial = _figures(la, period, group="unit")["figures"]["burn-down"]["data"]
+    assert [t["name"] for t in partial] == ["Research spent"]
+    assert partial[0]["y"][-1] == pytest.approx(by_team["cv spent"][-1])
