@@ -55,7 +55,8 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from itertools import chain
 
 from apps.jobs.scheduler.baseline import BaselineMixin
 from apps.jobs.scheduler.config import (
@@ -282,7 +283,7 @@ class Engine(QueueMixin, BaselineMixin, SpareMixin, DrainMixin, PreemptionMixin,
         # With one model (the common case) every job may run on it.
         any_model = pool.models if len(pool.models) == 1 else None
         best: Candidate | None = None  # a backfill candidate (its GPUs found already)
-        best_entries = best_model = best_key = None  # or the head of a bucket that fits
+        best_entry = best_model = best_key = None  # or the head of a bucket that fits
         for (pclass, gpu_model, count, same_node), entries in shapes.items():
             if pclass == skip:
                 continue
@@ -291,12 +292,13 @@ class Engine(QueueMixin, BaselineMixin, SpareMixin, DrainMixin, PreemptionMixin,
                 continue
             for model in (gpu_model is None and any_model) or self._models_for(gpu_model):
                 if count > caps.get(model, 0) or not (
-                    runs := self._quota_runs(entries, model, mode, window, best_key)
+                    allowed := self._quota_runs(entries, model, mode, window, best_key)
                 ):
                     continue
+                first, runs = allowed
                 if fitting and pool.booked_count and pool.has_booked(model):
                     if best is None and best_key is not None:
-                        best = self._head_candidate(best_key, best_entries, best_model)
+                        best = self._head_candidate(best_key, best_entry, best_model)
                     found = self._first_backfill(runs, model, count, same_node, best)
                     if found is not None:
                         best, best_key = found, found.key
@@ -311,32 +313,41 @@ class Engine(QueueMixin, BaselineMixin, SpareMixin, DrainMixin, PreemptionMixin,
                         )
                     if count > fits:
                         continue
-                best, best_entries, best_model, best_key = None, runs, model, runs[0][0]
+                best, best_entry, best_model, best_key = None, first, model, first[0]
                 break
         if best is not None or best_key is None:
             return best
-        return self._head_candidate(best_key, best_entries, best_model)
+        return self._head_candidate(best_key, best_entry, best_model)
 
-    def _quota_runs(self, entries: list, model: str, mode: str, window: bool, before) -> list:
-        """The bucket's jobs the team's quota lets run on ``model``: all of them, unless the
-        team has bookings ahead (``window``); then those whose whole run fits beside them,
-        queued before ``before`` (a candidate found already)."""
+    def _quota_runs(
+        self, entries: list, model: str, mode: str, window: bool, before
+    ) -> tuple[tuple, Iterable[tuple]] | None:
+        """The first of the bucket's jobs the team's quota lets run on ``model`` and all of
+        them from it on (None: none): all of them, unless the team has bookings ahead
+        (``window``); then those queued before ``before`` (a candidate found already) whose
+        whole run fits beside them, found lazily: the head pass needs the first, a backfill
+        no more than it tries."""
         if not window:
-            return entries
+            return entries[0], entries
+        runs = self._window_runs(entries, model, mode, before)
+        first = next(runs, None)
+        return None if first is None else (first, chain((first,), runs))
+
+    def _window_runs(self, entries: list, model: str, mode: str, before) -> Iterator[tuple]:
+        """The bucket's jobs queued before ``before`` whose whole run on ``model`` fits beside
+        the team's bookings ahead (and its units')."""
         # A bucket's jobs differ only in their runtime here: one answer per runtime.
         fits: dict[float, bool] = {}
-        runs = []
         queued = self.queued
         for entry in entries:
             if before is not None and entry[0] >= before:
-                continue
+                return  # the bucket is in queue order
             job = queued[entry[1]]
             ok = fits.get(job.max_runtime)
             if ok is None:
                 ok = fits[job.max_runtime] = self._fits_quota_window(job, model, mode)
             if ok:
-                runs.append(entry)
-        return runs
+                yield entry
 
     def _fits_quota_window(self, job: QueuedJob, model: str, mode: str) -> bool:
         """Whether the job's whole run fits its team's quota beside the team's bookings."""
@@ -346,13 +357,12 @@ class Engine(QueueMixin, BaselineMixin, SpareMixin, DrainMixin, PreemptionMixin,
             job.gpu_count,
             self.now,
             self.now + job.max_runtime,
-            self.running.values(),
             self.config.grace_seconds,
             guarantee=mode == GUARANTEE,
         )
 
-    def _head_candidate(self, key: tuple, entries: list, model: str) -> Candidate:
-        return Candidate(key, self.queued[entries[0][1]], model, None)
+    def _head_candidate(self, key: tuple, entry: tuple, model: str) -> Candidate:
+        return Candidate(key, self.queued[entry[1]], model, None)
 
     def _first_backfill(self, entries, model, count, same_node, best) -> Candidate | None:
         """With booked GPUs in play a shorter job deeper in the bucket may fit where the head

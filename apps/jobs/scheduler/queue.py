@@ -88,7 +88,7 @@ class QueueMixin:
         self.team_gpus[run.team] += len(run.gpu_ids)
         if run.reservation_id is None:
             before = self.quotas.room(run.team, run.model, guarantee=True)
-            self.quotas.take(run.team, run.model, len(run.gpu_ids))
+            self.quotas.start(run)
             if before >= 0 > before - len(run.gpu_ids):
                 # The team goes above its guarantee: its older over-quota jobs may now yield,
                 # so a preemption that failed before may work (as when GPUs come back).
@@ -137,7 +137,7 @@ class QueueMixin:
         self.team_gpus[run.team] -= len(run.gpu_ids)
         on_node = self.lent_on_node if job_id in self.preemptible else self.kept_on_node
         if run.reservation_id is None:
-            self.quotas.give(run.team, run.model, len(run.gpu_ids))
+            self.quotas.stop(run)
             self._caps_cache.pop(run.team, None)
             self._unit_changed(run.team)
             self.preemptible.discard(job_id)

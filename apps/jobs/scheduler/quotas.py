@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from apps.jobs.scheduler.state import Booking, TeamQuota
+from apps.jobs.scheduler.state import Booking, RunningJob, TeamQuota
 from apps.teams.org_tree import OrgTree
 from apps.teams.quota_rule import Holdings, QuotaRule, UnitQuotaRow, job_held_until
 
@@ -30,9 +30,13 @@ class QuotaBook:
         # team -> (units above it with a row, teams whose room its GPUs change): empty when
         # no unit row applies, which keeps the flat engine's bookkeeping as it was.
         self._shares: dict[str, tuple[tuple, frozenset]] = {}
-        # unit -> (row, start, end, grace) -> its teams' peak over the window: shared by the
-        # unit's teams, dropped when one of them takes or gives GPUs back.
-        self._unit_peaks: dict = defaultdict(dict)
+        # unit -> ((start, grace), its teams' bookings and running jobs as Holdings, memo of
+        # (row, end) -> their peak over the window): shared by the unit's teams; a job one of
+        # them starts is added to it, anything else they take or give back drops it.
+        self._unit_window: dict = {}
+        # team -> job id -> its running jobs outside bookings (``start``): what fits_window
+        # sweeps, without walking every running job of the fleet.
+        self._runs: dict[str, dict[int, RunningJob]] = {}
         self.weight: dict[str, float] = {team: self.rule.weight(team) for team in self.rule.teams()}
         # team -> its bookings (reservation id -> [start, end, model, GPUs])
         self.booked: dict[str, dict[int, list]] = {}
@@ -40,11 +44,14 @@ class QuotaBook:
         # team -> (model, guarantee) -> room: the scheduler asks for every candidate and
         # victim, the answer changes only when the team takes or gives GPUs back.
         self._room: dict[str, dict[tuple[str, bool], int]] = {}
-        # team -> ((start, grace), its bookings and running jobs as Holdings, memo) for
-        # fits_window (memo: (row, end) -> peak, (model, count, end, guarantee) -> answer);
-        # dropped, like the room, when the team (or, for unit rows, a team of its units)
-        # takes or gives GPUs back.
+        # team -> ((start, grace), its own bookings and running jobs as Holdings, memo of
+        # (row, end) -> peak) for fits_window; a job the team starts is added to it, anything
+        # else it takes or gives back drops it. Its units' rows read the units' own
+        # (``_unit_window``), so another team's change leaves it.
         self._window: dict[str, tuple[tuple[float, float], Holdings, dict]] = {}
+        # team -> (start, grace, model, count, end, guarantee) -> fits_window's answer;
+        # dropped when the team or, with unit rows, a team of its units changes.
+        self._answers: dict[str, dict] = {}
 
     def shares(self, team: str) -> tuple[tuple, frozenset]:
         """The units above ``team`` with a quota row and the teams below them (whose room
@@ -56,14 +63,27 @@ class QuotaBook:
             found = self._shares[team] = (units, peers)
         return found
 
-    def take(self, team: str, model: str, count: int) -> None:
+    def start(self, run: RunningJob) -> None:
+        """A job starts outside bookings: its GPUs count from now until it ends (``stop``)."""
+        self._runs.setdefault(run.team, {})[run.job_id] = run
+        self.take(run.team, run.model, len(run.gpu_ids), run)
+
+    def stop(self, run: RunningJob) -> None:
+        """A job started with ``start`` ends or is preempted: its GPUs go back."""
+        self._runs.get(run.team, {}).pop(run.job_id, None)
+        self.give(run.team, run.model, len(run.gpu_ids))
+
+    def take(self, team: str, model: str, count: int, run: RunningJob | None = None) -> None:
+        """The team holds ``count`` more GPUs of ``model`` (those of ``run`` when given)."""
         used = self.used
         used[(team, model)] += count
         used[(team, None)] += count
         self._room.pop(team, None)
-        self._window.pop(team, None)
+        self._answers.pop(team, None)
+        if run is None or not _add_run(self._window.get(team), run):
+            self._window.pop(team, None)
         if self.rule.has_unit_rows:
-            self._unit_change(team, model, count)
+            self._unit_change(team, model, count, run)
 
     def give(self, team: str, model: str, count: int) -> None:
         used = self.used
@@ -71,21 +91,27 @@ class QuotaBook:
         used[(team, None)] -= count
         self._room.pop(team, None)
         self._window.pop(team, None)
+        self._answers.pop(team, None)
         if self.rule.has_unit_rows:
             self._unit_change(team, model, -count)
 
-    def _unit_change(self, team: str, model: str, delta: int) -> None:
+    def _unit_change(
+        self, team: str, model: str, delta: int, run: RunningJob | None = None
+    ) -> None:
         units, peers = self.shares(team)
         if not units:
             return
         unit_used = self.unit_used
+        unit_window = self._unit_window
         for unit in units:
             unit_used[(unit, model)] += delta
             unit_used[(unit, None)] += delta
-            self._unit_peaks.pop(unit, None)
+            if run is None or not _add_run(unit_window.get(unit), run):
+                unit_window.pop(unit, None)
+        room, answers = self._room, self._answers
         for peer in peers:
-            self._room.pop(peer, None)
-            self._window.pop(peer, None)
+            room.pop(peer, None)
+            answers.pop(peer, None)
 
     def room(self, team: str, model: str, *, guarantee: bool) -> int:
         """GPUs of ``model`` the team may take now (within its guarantee when ``guarantee``)."""
@@ -130,6 +156,7 @@ class QuotaBook:
     def book(self, booking: Booking, model: str, now: float) -> None:
         """A booking's GPU: counted now while the booking is active, and by ``fits_window``."""
         self._window.pop(booking.team, None)
+        self._answers.pop(booking.team, None)
         spans = self.booked.setdefault(booking.team, {})
         span = spans.get(booking.reservation_id)
         if span is None:
@@ -146,9 +173,9 @@ class QuotaBook:
                 # must fit beside it too.
                 self.later.update(self.shares(booking.team)[1])
                 for unit in self.shares(booking.team)[0]:
-                    self._unit_peaks.pop(unit, None)
+                    self._unit_window.pop(unit, None)
                 for peer in self.shares(booking.team)[1]:
-                    self._window.pop(peer, None)
+                    self._answers.pop(peer, None)
 
     def fits_window(
         self,
@@ -157,7 +184,6 @@ class QuotaBook:
         count: int,
         start: float,
         end: float,
-        running,
         grace: float,
         *,
         guarantee: bool,
@@ -166,43 +192,80 @@ class QuotaBook:
         running jobs (each held until its maximum runtime ends): the window the bookings'
         admission checks. Only teams with a booking ahead (``later``) need it; for the others
         the most they hold over any window is what they hold now."""
+        answers = self._answers.get(team)
+        if answers is None:
+            answers = self._answers[team] = {}
+        # Queued jobs repeat a few shapes and runtimes: each answer is worked out once.
+        question = (start, grace, model, count, end, guarantee)
+        answer = answers.get(question)
+        if answer is not None:
+            return answer
         cached = self._window.get(team)
-        if cached is not None and cached[0] == (start, grace):
-            holdings, peaks = cached[1], cached[2]
-            # Queued jobs repeat a few shapes and runtimes: each answer is worked out once.
-            answer = peaks.get((model, count, end, guarantee))
-            if answer is not None:
-                return answer
-        else:
-            holdings, peaks = Holdings(), {}
-            # Whose holdings count: the team's, and those of its units' teams.
-            counted = self.shares(team)[1] or (team,)
-            for who in counted:
-                for s, e, m, n in self.booked.get(who, {}).values():
-                    holdings.add(who, m, s, e, n)
-            for run in running:
-                if run.team in counted and run.reservation_id is None:
-                    ends = job_held_until(run.started_at + run.max_runtime, start, grace)
-                    holdings.add(run.team, run.model, run.started_at, ends, len(run.gpu_ids))
-            self._window[team] = ((start, grace), holdings, peaks)
-        peak = self.rule.held_by_row(team, start, end, holdings)
-        unit_peaks = self._unit_peaks
+        if cached is None or cached[0] != (start, grace):
+            cached = self._window[team] = (
+                (start, grace),
+                self._holdings((team,), start, grace),
+                {},
+            )
+        holdings, peaks = cached[1], cached[2]
 
         def held(row) -> int:
             # Queued jobs share a few runtimes: a row's peak over [start, end) is swept once
-            # (a unit row's once for all the unit's teams).
+            # (a unit row's once for all the unit's teams, over their holdings alone).
             if isinstance(row, UnitQuotaRow):
-                known = unit_peaks[row.unit]
-                key = (row, start, end, grace)
+                found = self._unit_window.get(row.unit)
+                if found is None or found[0] != (start, grace):
+                    teams = self.rule.teams_under(row.unit)
+                    found = self._unit_window[row.unit] = (
+                        (start, grace),
+                        self._holdings(teams, start, grace),
+                        {},
+                    )
+                source, known = found[1], found[2]
             else:
-                known, key = peaks, (row, end)
-            found = known.get(key)
-            if found is None:
-                found = known[key] = peak(row)
-            return found
+                source, known = holdings, peaks
+            key = (row, end)
+            peak = known.get(key)
+            if peak is None:
+                peak = known[key] = self.rule.held_by_row(team, start, end, source)(row)
+            return peak
 
         verdict = self.rule.verdict(team, model, count, held)
-        answer = peaks[(model, count, end, guarantee)] = verdict.admitted and not (
-            guarantee and verdict.over_guarantee
-        )
+        answer = answers[question] = verdict.admitted and not (guarantee and verdict.over_guarantee)
         return answer
+
+    def _holdings(self, teams, start: float, grace: float) -> Holdings:
+        """What ``teams`` hold from ``start`` on: their bookings and their running jobs
+        outside bookings (each until its maximum runtime ends, or its kill's grace after)."""
+        holdings = Holdings()
+        booked, runs = self.booked, self._runs
+        for who in teams:
+            for s, e, m, n in booked.get(who, {}).values():
+                holdings.add(who, m, s, e, n)
+            for run in runs.get(who, {}).values():
+                ends = job_held_until(run.started_at + run.max_runtime, start, grace)
+                holdings.add(who, run.model, run.started_at, ends, len(run.gpu_ids))
+        return holdings
+
+
+def _add_run(window, run: RunningJob) -> bool:
+    """Adds a job that starts to a window's holdings (``fits_window``); False when there is
+    none to add it to. A peak swept before stays right without a new sweep where the job
+    holds its GPUs over the whole window (it adds its GPUs to every instant of it) or is of
+    another model than the row's; the others are swept again when next asked."""
+    if window is None:
+        return False
+    (start, grace), holdings, peaks = window
+    ends = job_held_until(run.started_at + run.max_runtime, start, grace)
+    count = len(run.gpu_ids)
+    holdings.add(run.team, run.model, run.started_at, ends, count)
+    covers = run.started_at <= start
+    for key in list(peaks):
+        row, end = key
+        if row.model is not None and row.model != run.model:
+            continue
+        if covers and ends >= end:
+            peaks[key] += count
+        else:
+            del peaks[key]
+    return True
