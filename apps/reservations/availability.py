@@ -182,6 +182,80 @@ def _merge(windows: Iterable[tuple[int, int]], slot: int) -> list[tuple[int, int
     return merged
 
 
+def feasible_starts(
+    intervals: Sequence[Interval], *, duration: int, after: int, horizon: int, slot: int
+) -> list[tuple[int, int]]:
+    """Grid ranges [lo, hi] of starts t in [after, horizon] with [t, t + duration) clear of
+    `intervals`, in order and disjoint. `after` and `horizon` lie on the grid."""
+    return _feasible_starts(intervals, duration=duration, after=after, horizon=horizon, slot=slot)
+
+
+def starts_in_gaps(
+    gaps: Iterable[tuple[int | None, int | None]],
+    *,
+    duration: int,
+    after: int,
+    horizon: int,
+    slot: int,
+) -> list[tuple[int, int]]:
+    """`feasible_starts` from the free gaps between one GPU's busy intervals instead of the
+    intervals: each gap (free from, busy again at) is free from `after` when its start is None
+    and free for ever when its end is None. In order and disjoint when the gaps are."""
+    ranges = []
+    for gap_from, gap_until in sorted(gaps, key=lambda gap: after if gap[0] is None else gap[0]):
+        lo = after if gap_from is None or gap_from < after else -(-gap_from // slot) * slot
+        hi = horizon if gap_until is None else min((gap_until - duration) // slot * slot, horizon)
+        if lo <= hi:
+            ranges.append((lo, hi))
+    return ranges
+
+
+def intersect_starts(
+    first: Sequence[tuple[int, int]], second: Sequence[tuple[int, int]]
+) -> list[tuple[int, int]]:
+    """The grid starts in both lists of ordered, disjoint ranges [lo, hi]: a start is clear of
+    two sets of busy intervals when it is clear of each."""
+    both, i, j = [], 0, 0
+    while i < len(first) and j < len(second):
+        lo, hi = max(first[i][0], second[j][0]), min(first[i][1], second[j][1])
+        if lo <= hi:
+            both.append((lo, hi))
+        if first[i][1] < second[j][1]:
+            i += 1
+        else:
+            j += 1
+    return both
+
+
+def slots_from_starts(
+    gpus: Sequence[GpuInfo],
+    starts: Mapping[int, Sequence[tuple[int, int]]],
+    *,
+    count: int,
+    slot: int,
+    same_node: bool = False,
+    limit: int = 5,
+) -> list[Slot]:
+    """The earliest windows (up to `limit`) in which `count` GPUs can start, given each GPU's
+    feasible start ranges (a GPU missing from `starts` never can), each with the GPUs to book."""
+    if count <= 0:
+        return []
+    groups: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    for gpu in gpus:
+        groups[gpu.node if same_node else ""].extend(starts.get(gpu.id, ()))
+    windows = _merge(
+        (w for ranges in groups.values() for w in _windows_with_coverage(ranges, count, slot)), slot
+    )
+    slots = []
+    for lo, hi in windows[:limit]:
+        free = [gpu for gpu in gpus if any(a <= lo <= b for a, b in starts.get(gpu.id, ()))]
+        picked = pick_gpus(free, count, same_node=same_node)
+        if picked is None:  # cannot happen when the sweep is right; keep the answer honest
+            continue
+        slots.append(Slot(start=lo, latest_start=hi, gpus=tuple(picked)))
+    return slots
+
+
 def find_slots(
     gpus: Sequence[GpuInfo],
     busy: Mapping[int, Sequence[Interval]],
@@ -200,25 +274,13 @@ def find_slots(
     horizon = floor_to_grid(horizon, slot)
     if count <= 0 or after > horizon:
         return []
-    groups: dict[str, list[tuple[int, int]]] = defaultdict(list)
-    for gpu in gpus:
-        ranges = _feasible_starts(
+    starts = {
+        gpu.id: _feasible_starts(
             busy.get(gpu.id, ()), duration=duration, after=after, horizon=horizon, slot=slot
         )
-        groups[gpu.node if same_node else ""].extend(ranges)
-    windows = _merge(
-        (w for ranges in groups.values() for w in _windows_with_coverage(ranges, count, slot)), slot
-    )
-    slots = []
-    for lo, hi in windows[:limit]:
-        start = lo
-        picked = pick_gpus(
-            free_gpus(gpus, busy, start, start + duration), count, same_node=same_node
-        )
-        if picked is None:  # cannot happen when the sweep is right; keep the answer honest
-            continue
-        slots.append(Slot(start=start, latest_start=hi, gpus=tuple(picked)))
-    return slots
+        for gpu in gpus
+    }
+    return slots_from_starts(gpus, starts, count=count, slot=slot, same_node=same_node, limit=limit)
 
 
 def free_capacity_timeline(

@@ -78,7 +78,12 @@ def powered_down_busy(gpus: list[GpuInfo], now: datetime | None = None) -> dict[
 
 class EpochSeconds(Func):
     """A timestamp as whole seconds since the epoch, computed by the database: loading ints is
-    several times faster than loading datetimes. Rounds down (start) or up (end)."""
+    several times faster than loading datetimes. Rounds down (start) or up (end).
+
+    On PostgreSQL through `date_part` (a float8): EXTRACT returns a numeric there, several
+    times slower on the tens of thousands of rows the search reads. The float is exact enough:
+    microseconds since the epoch fit its 53 bits, and a fraction of one microsecond stays
+    clear of the whole second below or above it until long after 2200."""
 
     output_field = BigIntegerField()
 
@@ -89,7 +94,7 @@ class EpochSeconds(Func):
     def as_postgresql(self, compiler, connection, **extra):
         sql, params = compiler.compile(self.source_expressions[0])
         fn = "CEIL" if self.round_up else "FLOOR"
-        return f"{fn}(EXTRACT(EPOCH FROM {sql}))::bigint", params
+        return f"{fn}(date_part('epoch', {sql}))::bigint", params
 
     def as_sqlite(self, compiler, connection, **extra):
         sql, params = compiler.compile(self.source_expressions[0])
@@ -100,6 +105,24 @@ class EpochSeconds(Func):
             )
             return f"({whole} + {fraction})", params * 3
         return whole, params
+
+
+def _maintenance_busy(
+    *, start: datetime, end: datetime, gpu_ids=None, gpu_model: GpuModel | None = None
+) -> list[tuple[int, int, int]]:
+    """(gpu_id, start_s, end_s): maintenance windows make every GPU of their node busy."""
+    windows = Gpu.objects.filter(
+        node__maintenance_windows__start__lt=end, node__maintenance_windows__end__gt=start
+    )
+    if gpu_ids is not None:
+        windows = windows.filter(id__in=gpu_ids)
+    if gpu_model is not None:
+        windows = windows.filter(model=gpu_model)
+    windows = windows.annotate(
+        start_s=EpochSeconds("node__maintenance_windows__start"),
+        end_s=EpochSeconds("node__maintenance_windows__end", round_up=True),
+    ).values_list("id", "start_s", "end_s")
+    return _fetch_rows(windows)
 
 
 def busy_intervals(
@@ -127,19 +150,9 @@ def busy_intervals(
     busy: dict[int, list[Interval]] = defaultdict(list)
     for gpu_id, s, e in _fetch_rows(rows):
         busy[gpu_id].append((s, e))
-    # Maintenance windows make every GPU of their node busy.
-    windows = Gpu.objects.filter(
-        node__maintenance_windows__start__lt=end, node__maintenance_windows__end__gt=start
-    )
-    if gpu_ids is not None:
-        windows = windows.filter(id__in=gpu_ids)
-    if gpu_model is not None:
-        windows = windows.filter(model=gpu_model)
-    windows = windows.annotate(
-        start_s=EpochSeconds("node__maintenance_windows__start"),
-        end_s=EpochSeconds("node__maintenance_windows__end", round_up=True),
-    ).values_list("id", "start_s", "end_s")
-    for gpu_id, s, e in _fetch_rows(windows):
+    for gpu_id, s, e in _maintenance_busy(
+        start=start, end=end, gpu_ids=gpu_ids, gpu_model=gpu_model
+    ):
         busy[gpu_id].append((s, e))
     # Running jobs outside reservations hold their GPUs until their maximum runtime ends.
     for gpu_id, s, e in held_outside_bookings(
@@ -147,6 +160,61 @@ def busy_intervals(
     ):
         busy[gpu_id].append((s, e))
     return busy
+
+
+# The free gaps between each GPU's booking holdings over a window, for the search: the database
+# orders the holdings and keeps only the gaps at least as long as the booking, so the search
+# reads a row per such gap and one per GPU (its last end), not one per holding. Over the
+# holdings' (gpu_id, start_s, end_s) query; `before` is the latest end of the GPU's earlier
+# holdings (NULL for its first), so overlapping intervals are merged. Window functions run on
+# PostgreSQL and SQLite alike.
+FREE_GAPS_SQL = """
+WITH h (gpu_id, s, e) AS ({holdings}),
+ordered AS (
+    SELECT gpu_id, s, MAX(e) OVER (
+        PARTITION BY gpu_id ORDER BY s, e ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
+    ) AS before
+    FROM h
+)
+SELECT gpu_id, before, s FROM ordered
+WHERE s - (CASE WHEN before IS NULL OR before < %s THEN %s ELSE before END) >= %s
+UNION ALL
+SELECT gpu_id, MAX(e), NULL FROM h GROUP BY gpu_id
+"""
+
+
+def booking_free_starts(
+    *, gpu_model: GpuModel, gpu_ids, duration: int, after: int, horizon: int, slot: int
+) -> dict[int, list[tuple[int, int]]]:
+    """For each of the GPUs (ids of the model), the grid ranges of starts in [after, horizon]
+    (on the grid) where no booking holds it for `duration` seconds (`feasible_starts` over
+    its bookings alone), read as free gaps rather than holdings."""
+    start, end = availability.from_epoch(after), availability.from_epoch(horizon + duration)
+    holdings = (
+        bookings_holding(start, end)
+        .filter(gpu__model=gpu_model)
+        .annotate(start_s=EpochSeconds("start"), end_s=EpochSeconds("end", round_up=True))
+        .values_list("gpu_id", "start_s", "end_s")
+        .order_by()
+    )
+    sql, params = holdings.query.sql_with_params()
+    with connection.cursor() as cursor:
+        cursor.execute(FREE_GAPS_SQL.format(holdings=sql), (*params, after, after, duration))
+        rows = cursor.fetchall()
+    gaps: dict[int, list[tuple[int | None, int | None]]] = defaultdict(list)
+    for gpu_id, gap_from, gap_until in rows:
+        gaps[gpu_id].append((gap_from, gap_until))
+    always = [(after, horizon)]
+    return {
+        gpu_id: (
+            availability.starts_in_gaps(
+                gaps[gpu_id], duration=duration, after=after, horizon=horizon, slot=slot
+            )
+            if gpu_id in gaps
+            else always
+        )
+        for gpu_id in gpu_ids
+    }
 
 
 @dataclass(frozen=True)
@@ -182,40 +250,48 @@ def availability_search(
     gpus = schedulable_gpus(gpu_model=gpu_model, ready_by=horizon)
     step, first = availability.seconds(slot), availability.to_epoch_ceil(after)
     last = availability.floor_to_grid(availability.to_epoch(horizon), step)
+    span = availability.seconds(duration)
     lookahead = max(INITIAL_LOOKAHEAD, 4 * duration)
-    busy: dict[int, list[Interval]] = defaultdict(list, powered_down_busy(gpus))
-    loaded_until = None
+    # What makes GPUs busy besides bookings is little: read once up to the farthest end the
+    # search may reach, then cut each GPU's free starts by it. Busy intervals past a round's
+    # end cannot change that round's starts.
+    reach = availability.from_epoch(last) + duration
+    other: dict[int, list[Interval]] = defaultdict(list, powered_down_busy(gpus))
+    for gpu_id, s, e in [
+        *_maintenance_busy(start=after, end=reach, gpu_model=gpu_model),
+        *held_outside_bookings(start=after, end=reach, gpu_model=gpu_model),
+    ]:
+        other[gpu_id].append((s, e))
+    gpu_ids = [gpu.id for gpu in gpus]
     search_from = first
     while True:
         until = min(last, availability.floor_to_grid(first + availability.seconds(lookahead), step))
-        load_end = availability.from_epoch(until) + duration
-        more = busy_intervals(
-            gpu_model=gpu_model, start=after, end=load_end, starting_from=loaded_until
-        )
-        for gpu_id, spans in more.items():
-            busy[gpu_id].extend(spans)
-        loaded_until = load_end
-        # A window no booking may overlap is, for the search, a time every GPU is busy.
-        with_blocked = (
-            {gpu.id: [*busy.get(gpu.id, ()), *blocked] for gpu in gpus} if blocked else busy
-        )
-        slots = availability.find_slots(
-            gpus,
-            with_blocked,
-            count=count,
-            duration=availability.seconds(duration),
-            after=search_from,
-            horizon=until,
-            slot=step,
-            same_node=same_node,
-            limit=limit,
-        )
+        slots = []
+        start = availability.ceil_to_grid(search_from, step)
+        if start <= until:
+            shape = {"duration": span, "after": start, "horizon": until, "slot": step}
+            starts = booking_free_starts(gpu_model=gpu_model, gpu_ids=gpu_ids, **shape)
+            for gpu_id, spans in other.items():
+                if gpu_id in starts:
+                    starts[gpu_id] = availability.intersect_starts(
+                        starts[gpu_id], availability.feasible_starts(spans, **shape)
+                    )
+            if blocked:
+                # A window no booking may overlap is, for the search, a time every GPU is busy.
+                allowed = availability.feasible_starts(sorted(blocked), **shape)
+                starts = {
+                    gpu_id: availability.intersect_starts(ranges, allowed)
+                    for gpu_id, ranges in starts.items()
+                }
+            slots = availability.slots_from_starts(
+                gpus, starts, count=count, slot=step, same_node=same_node, limit=limit
+            )
         runs_to_end = bool(slots) and slots[-1].latest_start >= until
         if until >= last or len(slots) >= limit or runs_to_end:
             break
         if not slots:
-            # No start up to `until` works (the bookings are loaded to `until` + duration):
-            # the longer look-ahead searches only the starts after it.
+            # No start up to `until` works: the longer look-ahead searches only the starts
+            # after it, and reads only the bookings from there on.
             search_from = until + step
         lookahead *= 2
     return [
