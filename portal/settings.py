@@ -518,6 +518,9 @@ JOBS_PREEMPT_MIN_RUNTIME_SECONDS = env.int("JOBS_PREEMPT_MIN_RUNTIME_SECONDS", d
 JOBS_MAX_PREEMPTIONS_PER_JOB = env.int("JOBS_MAX_PREEMPTIONS_PER_JOB", default=2)
 JOBS_PREEMPT_MAX_LOST_RATIO = env.float("JOBS_PREEMPT_MAX_LOST_RATIO", default=0.5)
 JOBS_RECLAIM_PATIENCE_SECONDS = env.float("JOBS_RECLAIM_PATIENCE_SECONDS", default=600.0)
+# A multi-node gang that would lose its work yields only after this long, unless nothing else
+# frees the GPUs (SchedulerConfig.gang_reclaim_patience_seconds).
+JOBS_GANG_RECLAIM_PATIENCE_SECONDS = env.float("JOBS_GANG_RECLAIM_PATIENCE_SECONDS", default=1800.0)
 # Keep over-quota work on other nodes than guaranteed work (SchedulerConfig.pack_borrowed).
 JOBS_PACK_BORROWED = env.bool("JOBS_PACK_BORROWED", default=False)
 CELERY_BEAT_SCHEDULE["jobs-schedule"] = {

@@ -299,6 +299,7 @@ def _preemption_settings() -> dict:
         "max_preemptions_per_job": settings.JOBS_MAX_PREEMPTIONS_PER_JOB,
         "preempt_max_lost_ratio": settings.JOBS_PREEMPT_MAX_LOST_RATIO,
         "reclaim_patience_seconds": float(settings.JOBS_RECLAIM_PATIENCE_SECONDS),
+        "gang_reclaim_patience_seconds": float(settings.JOBS_GANG_RECLAIM_PATIENCE_SECONDS),
         "pack_borrowed": settings.JOBS_PACK_BORROWED,
     }
 

@@ -51,6 +51,10 @@ class SchedulerConfig:
     # A job within its guarantee waits this long for GPUs to come back by themselves before
     # victims outside the bounds above are stopped for it (within them: at once).
     reclaim_patience_seconds: float = 600.0
+    # Past that patience a multi-node gang that restarts from scratch still yields only after
+    # this long, when no other victims free the GPUs: a gang lent many nodes may have run
+    # for days, and until then the nodes the job drains (``_drain``) may free by themselves.
+    gang_reclaim_patience_seconds: float = 1800.0
     # Keep borrowed (over-quota) work and guaranteed work on separate nodes where both fit,
     # so that a reclaim frees whole nodes. Off by default: on the synthetic bench trace it
     # spends whole free nodes on borrowed 1-GPU jobs and more multi-node gangs are preempted

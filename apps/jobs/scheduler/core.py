@@ -33,8 +33,12 @@ Order of work in a ``fairshare`` cycle:
    ``max_preemptions_per_job`` times and losing together at most ``preempt_max_lost_ratio``
    times the waiting job's work come first; only when no such set frees the GPUs are others
    taken, still the least GPU-time lost first (a checkpointable job loses none). A victim is
-   not restarted in the cycle that stopped it. A gang that needs one whole node drains one
-   ahead (see ``_drain``): no over-quota work starts there while it waits.
+   not restarted in the cycle that stopped it. A borrowed multi-node gang that would lose its
+   work (``_costly_gang``) is taken past the job's patience only when other victims do not
+   free the GPUs, or after ``gang_reclaim_patience_seconds``: stopped late, such a gang throws
+   away days of many nodes. A gang that needs one whole node drains one ahead (see
+   ``_drain``; not a costly gang's node): no over-quota work starts there while it waits, and
+   the guarantee pass places other teams' work elsewhere while another node has room.
 
 Within a team, ``fairshare`` takes jobs by least attained service first, in Tiresias'
 discretized queues (``config.attained_level``: GPU-hours run in earlier attempts, so a job
@@ -162,6 +166,7 @@ class Engine(QueueMixin, BaselineMixin, SpareMixin, DrainMixin, PreemptionMixin,
         # team -> its oldest job within its guarantee (``_drain``), kept until the team's queue
         # or holdings change (not for a team with bookings ahead: its room depends on time)
         self._drain_cands: dict[str, Candidate | None] = {}
+        self._draining: frozenset[str] = frozenset()  # see ``_avoid_draining``
 
     # -- changes between cycles --------------------------------------------------------------
 
@@ -189,7 +194,9 @@ class Engine(QueueMixin, BaselineMixin, SpareMixin, DrainMixin, PreemptionMixin,
         if self.reservation_jobs:
             self._reservations()
         if self.policy == "fairshare":
+            self._draining = self._drain_nodes() if self.pool.free_count else frozenset()
             self._by_order(GUARANTEE)
+            self._draining = frozenset()
             withheld = self._drain() if self.pool.free_count else []
             self._spare()
             if withheld:
@@ -407,9 +414,16 @@ class Engine(QueueMixin, BaselineMixin, SpareMixin, DrainMixin, PreemptionMixin,
     def _packing(self, over: bool):
         """Which nodes a placement avoids (``FreePool.find``): with ``config.pack_borrowed``
         (fairshare only), borrowed and guaranteed work keep apart; else best fit alone."""
-        if self.policy != "fairshare" or not self.config.pack_borrowed:
+        if self.policy != "fairshare":
             return None
+        if not self.config.pack_borrowed:
+            return self._avoid_draining if self._draining else None
         return self._avoid_guaranteed if over else self._avoid_borrowed
+
+    def _avoid_draining(self, node: str) -> bool:
+        """Guaranteed work keeps off a node that drains for a whole-node job (``_drain``)
+        while another node has room: the node empties sooner and the job needs no reclaim."""
+        return node in self._draining
 
     def _avoid_guaranteed(self, node: str) -> bool:
         """Borrowed work goes where no guaranteed work runs, so a reclaim frees whole nodes."""

@@ -37,6 +37,22 @@ class DrainMixin:
                 withheld.extend(ids)
         return withheld
 
+    def _drain_nodes(self) -> frozenset[str]:
+        """The nodes ``_drain`` would drain now for jobs that need one whole node, without
+        holding anything back: the guarantee pass places other work elsewhere when it can."""
+        taken: set[str] = set()
+        for team in sorted(self.buckets):
+            if self._caps(team, GUARANTEE) is None:
+                continue
+            cand = self._drain_cands.get(team, False)
+            if cand is False:
+                cand = self._candidate(team, GUARANTEE, fitting=False)
+                if team not in self.quotas.later:
+                    self._drain_cands[team] = cand
+            if cand is not None and cand.job.same_node:
+                self._drain_ids(team, cand, taken)
+        return frozenset(taken)
+
     def _drain_ids(self, team: str, cand: Candidate, taken: set[str]) -> list[int]:
         """The free GPUs to hold back for ``cand`` (none when it fits now). A job that needs
         one node gets the node that will have room soonest (free GPUs now, over-quota work of
@@ -96,7 +112,9 @@ class DrainMixin:
                 r = running[jid]
                 if r.model != model:
                     continue
-                if jid in self.preemptible and r.team != job.team:
+                # A gang that would lose work yields last (``_costly_gang``): the node to
+                # drain is one whose other work ends or yields, not the gang's.
+                if jid in self.preemptible and r.team != job.team and not self._costly_gang(r):
                     at = max(now, r.started_at + min_runtime)
                 else:
                     at = r.started_at + r.max_runtime

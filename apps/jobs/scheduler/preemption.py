@@ -3,8 +3,10 @@ gets the over-quota GPUs of other teams back once those jobs have run their mini
 The bounds (the loss budget, the cap on preemptions per job) choose *which* victims: victims
 within them are taken first, and only when no such set frees the GPUs are the others taken,
 cheapest first (jobs at the cap, unless they resume from a checkpoint, only when nothing else
-frees the GPUs), so a bound never vetoes a reclaim. Only when the waiting job then starts at
-once, victims losing the least GPU-time. A mixin of ``Engine``: it reads the engine's state."""
+frees the GPUs), so a bound never vetoes a reclaim; multi-node gangs that would lose work
+wait out a longer patience unless nothing else frees the GPUs. Only when the waiting job then
+starts at once, victims losing the least GPU-time. A mixin of ``Engine``: it reads the
+engine's state."""
 
 from __future__ import annotations
 
@@ -103,14 +105,19 @@ class PreemptionMixin:
             self._no_preemption = (self.version, retry)
 
     def _explain_reclaim(self, cand: Candidate) -> None:
-        """Tell a job within its guarantee which jobs stop for it and when: the over-quota
-        jobs of other teams (on the node that will have room soonest, for a job that needs
-        one node) in the order they may be preempted, until the job fits; then, if that is
-        not enough, the others by their runtime limit."""
+        """Tell a job within its guarantee which jobs stop for it and when, in the order the
+        reclaim takes them: the over-quota jobs of other teams (on the node that will have
+        room soonest, for a job that needs one node) once they may be preempted, those
+        outside the loss budget after the job's patience, multi-node gangs that would lose
+        work after the longer patience for gangs, beside the jobs that end by their runtime
+        limit; jobs preempted the most times already (that would lose work) only if all that
+        is not enough."""
         job, model, now = cand.job, cand.model, self.now
         cfg = self.config
         min_runtime = cfg.preempt_min_runtime_seconds
-        patience_at = self._reclaim_since(job) + cfg.reclaim_patience_seconds
+        since = self._reclaim_since(job)
+        patience_at = since + cfg.reclaim_patience_seconds
+        gangs_at = since + cfg.gang_reclaim_patience_seconds
         budget = cfg.preempt_max_lost_ratio * job.gpu_count * job.max_runtime
         if job.same_node:
             node = self._drain_node(job, model, set())
@@ -121,7 +128,7 @@ class PreemptionMixin:
         else:
             have = self.pool.total.get(model, 0)
             jobs = [(j, len(self.running[j].gpu_ids)) for j in self.running]
-        releases = []
+        releases, last = [], []
         for jid, n in jobs:
             r = self.running[jid]
             if r.model != model:
@@ -129,18 +136,23 @@ class PreemptionMixin:
             stops = jid in self.preemptible and r.team != job.team
             if stops and self._excess(r.team, model) > 0:
                 at = max(now, r.started_at + min_runtime)
+                capped = r.preemptions >= cfg.max_preemptions_per_job and not r.checkpointable
                 if not r.checkpointable and n * (at - r.started_at) > budget:
-                    at = max(at, patience_at)  # outside the bounds: after the job's patience
-                releases.append((min(at, r.started_at + r.max_runtime), True, r.team, n))
+                    # outside the bounds: after the job's patience, a gang after the longer one
+                    at = max(at, gangs_at if self._costly_gang(r) else patience_at)
+                elif capped:
+                    at = max(at, patience_at)
+                entry = (min(at, r.started_at + r.max_runtime), True, r.team, n)
+                (last if capped else releases).append(entry)
             else:
                 releases.append((r.started_at + r.max_runtime, False, r.team, n))
         victims: dict[str, int] = {}
         natural, when = 0, now
-        for at, stops, team, n in sorted(releases):
+        for at, stops, team, n in [*sorted(releases), *sorted(last)]:
             if have >= job.gpu_count:
                 break
             have += n
-            when = at
+            when = max(when, at)
             if stops:
                 victims[team] = victims.get(team, 0) + 1
             else:
@@ -209,24 +221,52 @@ class PreemptionMixin:
         when no set of eligible victims frees enough GPUs. Victims within the bounds first
         (unprotected, losing at most the budget); past the job's patience any unprotected
         ones (and protected ones that lose nothing), cheapest first; only then the others."""
-        job = cand.job
+        job, cfg = cand.job, self.config
         # GPU-seconds the victims may lose together, relative to the work the job brings.
-        budget = self.config.preempt_max_lost_ratio * job.gpu_count * job.max_runtime
+        budget = cfg.preempt_max_lost_ratio * job.gpu_count * job.max_runtime
         chosen = self._victims(cand, budget)
-        patience_at = self._reclaim_since(job) + self.config.reclaim_patience_seconds
+        since = self._reclaim_since(job)
+        patience_at = since + cfg.reclaim_patience_seconds
+        gangs_at = since + cfg.gang_reclaim_patience_seconds
         if chosen is None and self.now < patience_at:
             self._patience_until = min(self._patience_until, patience_at)
+        elif chosen is None and self.now < gangs_at and self._holds_gangs():
+            # Multi-node gangs that would lose work wait out the longer patience: the others
+            # first, and if they do not free the GPUs the job waits while its node drains.
+            saved = self.eligible, self.protected
+            self.eligible = [r for r in saved[0] if not self._costly_gang(r)]
+            self.protected = [r for r in saved[1] if not self._costly_gang(r)]
+            try:
+                chosen = self._victims_past_patience(cand)
+            finally:
+                self.eligible, self.protected = saved
+            if chosen is None:
+                self._patience_until = min(self._patience_until, gangs_at)
         elif chosen is None:
-            # Past its patience the loss budget goes first, then the cap on preemptions per
-            # job: a job preempted the most times already stops again only when no other
-            # victims free the GPUs, unless it resumes from its checkpoint (it loses nothing).
-            lossless = [r for r in self.protected if not self._loss[r.job_id]]
-            chosen = self._victims_with(cand, lossless)
-            if chosen is None and len(lossless) < len(self.protected):
-                chosen = self._victims_with(cand, self.protected)
+            chosen = self._victims_past_patience(cand)
         if not chosen:
             return False
         return self._preempt_and_place(cand, chosen)
+
+    def _victims_past_patience(self, cand: Candidate) -> list[RunningJob] | None:
+        """Past its patience the loss budget goes first, then the cap on preemptions per
+        job: a job preempted the most times already stops again only when no other victims
+        free the GPUs, unless it resumes from its checkpoint (it loses nothing)."""
+        lossless = [r for r in self.protected if not self._loss[r.job_id]]
+        chosen = self._victims_with(cand, lossless)
+        if chosen is None and len(lossless) < len(self.protected):
+            chosen = self._victims_with(cand, self.protected)
+        return chosen
+
+    def _costly_gang(self, run: RunningJob) -> bool:
+        """A multi-node gang (more GPUs than any node of its model) that would lose work:
+        stopping it throws away many GPUs' worth of run, often hours of it."""
+        return not run.checkpointable and len(run.gpu_ids) > self.pool.largest[run.model]
+
+    def _holds_gangs(self) -> bool:
+        """Whether any eligible victim is a ``_costly_gang``."""
+        costly = self._costly_gang
+        return any(costly(r) for r in self.eligible) or any(costly(r) for r in self.protected)
 
     def _victims_with(self, cand: Candidate, protected: list[RunningJob]):
         """``_victims`` without a loss budget, taking ``protected`` jobs too, all cheapest

@@ -357,9 +357,7 @@ class _Replay:
                     )
                 enqueue(rec)
                 if rec.within_guarantee and self.reclaims:
-                    # attempt 0: wake while the job still waits, when its patience is up
-                    patience = now + self.config.reclaim_patience_seconds
-                    heapq.heappush(wakes, (patience, rec.job.job_id, 0))
+                    self._wake_after_patience(rec.job.job_id, now)
                 i += 1
             self.next_arrival = i
             nodes.resume_due(now)
@@ -388,6 +386,13 @@ class _Replay:
                 return min(t, when)
             heapq.heappop(wakes)
         return t
+
+    def _wake_after_patience(self, job_id: int, since: float) -> None:
+        """Wake (attempt 0: while the job still waits) when its patience is up, and when
+        the longer one for multi-node gangs is (``gang_reclaim_patience_seconds``)."""
+        cfg = self.config
+        for patience in {cfg.reclaim_patience_seconds, cfg.gang_reclaim_patience_seconds}:
+            heapq.heappush(self.wakes, (since + patience, job_id, 0))
 
     def _room(self, team: str, model: str) -> int:
         return self.book.room(team, model, guarantee=False)
@@ -425,8 +430,7 @@ class _Replay:
             rec.reclaim_since = since
             self.queue[job_id] = replace(self.queue[job_id], reclaim_since=since)
             if self.reclaims and rec.attempts == 0:
-                patience = since + self.config.reclaim_patience_seconds
-                heapq.heappush(self.wakes, (patience, job_id, 0))
+                self._wake_after_patience(job_id, since)
         for pre in decision.preemptions:
             r = self.stop(pre.job_id, now)
             rec = self.records[pre.job_id]
