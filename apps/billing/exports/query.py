@@ -165,6 +165,30 @@ GROUP_SUMS = (
 )  # fmt: skip
 
 
+# Per team (the platform last): seconds, exact amounts (1e-10 units; energy 1e-6 kWh) and cents
+# of the cost and its parts, the sums `exports.team_totals` gives.
+TEAMS_SELECT = """
+SELECT team_id, team_slug, team_name, team_cost_center,
+       SUM(sum_gpu_seconds), SUM(sum_busy_seconds), SUM(held_idle_seconds),
+       SUM(over_quota_seconds),
+       SUM(sum_energy_kwh), SUM(exact_cost), SUM(held_idle_cost), SUM(over_quota_cost),
+       SUM(sum_energy_cost),
+       SUM(cost_cents),
+       SUM(CASE WHEN source IN ('reservation', 'job')
+                THEN cost_cents - held_idle_cents - energy_cents ELSE 0 END),
+       SUM(held_idle_cents), SUM(over_quota_cents), SUM(energy_cents),
+       SUM(CASE WHEN source = 'adjustment' THEN cost_cents ELSE 0 END)
+FROM rounded {where}
+GROUP BY team_id, team_slug, team_name, team_cost_center
+ORDER BY team_slug ASC NULLS LAST
+"""
+TEAM_SECONDS = ("sum_gpu_seconds", "sum_busy_seconds", "held_idle_seconds", "over_quota_seconds")
+TEAM_EXACT = ("exact_cost", "exact_held_idle_cost", "exact_over_quota_cost", "exact_energy_cost")
+TEAM_CENTS = (
+    "cost", "busy_cost", "held_idle_cost", "over_quota_cost", "energy_cost", "adjustment_cost",
+)  # fmt: skip
+
+
 def _sql(period: BillingPeriod, team_id: int | None, select: str, **fields) -> tuple[str, tuple]:
     grouped = _grouped_queryset(period)
     inner, params = grouped.query.sql_with_params()
@@ -217,6 +241,31 @@ def rounded_groups(period: BillingPeriod, team_id: int | None) -> list[dict]:
         group.update(zip(GROUP_SUMS[3:], map(from_cents, sums[3:]), strict=True))
         groups.append(group)
     return groups
+
+
+def rounded_team_totals(period: BillingPeriod) -> list[dict]:
+    """Every team's month (the platform last, team_id None): its detail lines rounded by the
+    running-total rule and summed by the database, as `exports.team_totals` gives them; exact
+    amounts summed exactly. One query, one row per team."""
+    sql, params = _sql(period, None, TEAMS_SELECT)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()
+    totals = []
+    for team_id, slug, name, cost_center, *sums in rows:
+        seconds, (energy_kwh, *exact), cents_ = sums[:4], sums[4:9], sums[9:]
+        row = {
+            "team_id": team_id,
+            "team__slug": slug,
+            "team__name": name,
+            "team__cost_center": cost_center,
+        }
+        row.update(zip(TEAM_SECONDS, (int(value or 0) for value in seconds), strict=True))
+        row["sum_energy_kwh"] = _from_units(energy_kwh, 6)
+        row.update(zip(TEAM_EXACT, map(_from_units, exact), strict=True))
+        row.update(zip(TEAM_CENTS, map(from_cents, cents_), strict=True))
+        totals.append(row)
+    return totals
 
 
 def from_cents(value) -> Decimal:
