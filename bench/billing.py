@@ -15,7 +15,11 @@
     the raw SQL aggregate of the same hours, and beside what the run cost when it re-checked
     the month so far. Target: the same cost on any day of the month.
 
-Run: .venv/bin/python bench/billing.py [--gpus 1000] [--no-rollups]
+(f) the team totals of the month (cost page, chargeback page, API: `exports.team_totals`,
+    rounded and summed in SQL) and the cost page itself, vs one SQL GROUP BY team of the
+    ledger, beside the earlier path (every detail line rounded and summed in Python).
+
+Run: .venv/bin/python bench/billing.py [--gpus 1000] [--no-rollups] [--only b,c,d,e,f]
 Uses its own PostgreSQL database (portal_bench_billing, dropped and rebuilt).
 """
 
@@ -319,18 +323,75 @@ def bench_hourly():
     print(f"hourly run day 28 / day 2: {figures[28] / figures[2]:.2f}")
 
 
+RAW_TEAMS_BASELINE = """
+SELECT l.team_id, sum(l.gpu_seconds), sum(l.busy_seconds), sum(l.idle_cost), sum(l.energy_cost),
+       sum(l.cost)
+FROM billing_ledgerentry l WHERE l.period_id = %(period)s GROUP BY 1
+"""
+
+
+def bench_team_totals():
+    from django.test import Client
+
+    from apps.billing import exports
+    from apps.billing.exports.lines import DETAIL, _merged
+    from apps.billing.models import BillingPeriod
+    from apps.teams.models import User
+
+    period = BillingPeriod.objects.get(month=NOV.date())
+    _, baseline = timed(lambda: raw(RAW_TEAMS_BASELINE, {"period": period.pk}))
+    totals, seconds = timed(lambda: exports.team_totals(period))
+
+    def summed_in_python():  # how the totals were made before: every detail line, rounded here
+        fields = ("team_id", "team__slug", "team__name", "team__cost_center", "sub_account")
+        lines = exports.export_lines(exports.ExportScope(period, None, DETAIL))
+        return list(_merged(lines, lambda line: line["team_id"], fields))
+
+    before, python_seconds = timed(summed_in_python)
+    assert [(t["sub_account"], t["cost"], t["busy_cost"], t["held_idle_cost"]) for t in totals] == [
+        (t["sub_account"], t["cost"], t["busy_cost"], t["held_idle_cost"]) for t in before
+    ]
+    admin = User.objects.create(username="bench-finance", global_role="finance")
+    client = Client(HTTP_HOST="localhost")
+    client.force_login(admin)
+    url = "/billing/cost/?period=2026-11"
+    client.get(url)  # warm: templates, plotly
+    response, page_seconds = timed(lambda: client.get(url))
+    assert response.status_code == 200, response.status_code
+    print("\n(f) team totals of November (the cost page's and chargeback page's rows)")
+    print(f"{'path':52} {'seconds':>9} {'ratio':>7}")
+    print(f"{'raw SQL GROUP BY team of the ledger':52} {baseline:9.2f} {1:7.1f}")
+    print(
+        f"{'exports.team_totals (rounded and summed in SQL)':52} {seconds:9.2f} "
+        f"{seconds / baseline:7.1f}"
+    )
+    print(
+        f"{'before: every detail line rounded and summed in Python':52} {python_seconds:9.2f} "
+        f"{python_seconds / baseline:7.1f}"
+    )
+    print(f"{'cost page ' + url:52} {page_seconds:9.2f} {page_seconds / baseline:7.1f}")
+    print(f"teams: {len(totals)}; the same cents both ways")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gpus", type=int, default=1000)
     parser.add_argument("--no-rollups", action="store_true")
+    parser.add_argument("--only", help="parts after metering, e.g. b,f (default: all)")
     args = parser.parse_args()
+    parts = set((args.only or "b,c,d,e,f").split(","))
     recreate_database()
     seed(args.gpus, with_rollups=not args.no_rollups)
     bench_metering()
-    bench_focus("1.2")
-    bench_focus("1.3")
-    bench_statements_and_xlsx()
-    bench_hourly()
+    if "b" in parts:
+        bench_focus("1.2")
+        bench_focus("1.3")
+    if "c" in parts or "d" in parts:
+        bench_statements_and_xlsx()
+    if "e" in parts:
+        bench_hourly()
+    if "f" in parts:
+        bench_team_totals()
 
 
 if __name__ == "__main__":
