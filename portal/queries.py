@@ -46,6 +46,14 @@ QUERIES: dict[str, Query] = {
             answered_by="jobs (running jobs until their maximum runtime)",
         ),
         Query(
+            "booking.busy_intervals",
+            ("start", "end", "team", "gpu_model"),
+            "list of (gpu_id, team_id, gpu_model_name, start_s, end_s): GPUs held outside bookings "
+            "over [start, end) by the team (any model) or on the model (any team)",
+            asked_by="reservations (booking admission: the team's quota count and the pick)",
+            answered_by="jobs (running jobs until their maximum runtime)",
+        ),
+        Query(
             "gpus.bookings",
             ("start", "end", "gpu_ids"),
             "{gpu_id: {reservation_id, ...}}: the bookings holding each GPU over [start, end) "

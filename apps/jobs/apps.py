@@ -7,7 +7,11 @@ class JobsConfig(AppConfig):
     verbose_name = "GPU jobs"
 
     def ready(self) -> None:
-        from apps.jobs.holdings import job_busy_intervals, teams_job_intervals
+        from apps.jobs.holdings import (
+            booking_job_intervals,
+            job_busy_intervals,
+            teams_job_intervals,
+        )
         from apps.jobs.services import jobs_kill_stale_attempts, jobs_requeue_for_node
         from portal import hooks, queries
 
@@ -19,3 +23,5 @@ class JobsConfig(AppConfig):
         queries.answer("gpus.busy_intervals", job_busy_intervals)
         # Quota tables count many teams' running jobs at once.
         queries.answer("teams.busy_intervals", teams_job_intervals)
+        # Booking admission counts the team's running jobs and keeps the model's from the pick.
+        queries.answer("booking.busy_intervals", booking_job_intervals)

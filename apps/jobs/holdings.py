@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from apps.fleet.models import GpuModel
@@ -117,6 +117,22 @@ def teams_job_intervals(
     return [
         (team_id, model, s, e)
         for (team_id, model), s, e in _held_spans(rows, start, ("job__team_id", "gpu__model__name"))
+    ]
+
+
+def booking_job_intervals(
+    *, start: datetime, end: datetime, team: Team, gpu_model: GpuModel
+) -> list[tuple[int, int, str, int, int]]:
+    """(gpu_id, team_id, gpu_model_name, start_s, end_s) for GPUs held by running jobs outside
+    reservations over [start, end), held as `job_busy_intervals` holds them, that are `team`'s
+    (any model: its quota counts them) or on `gpu_model` (any team's: a booking cannot take
+    them), in one query. Answers the `booking.busy_intervals` query of booking admission."""
+    rows = _running_outside_bookings(start, end).filter(Q(job__team=team) | Q(gpu__model=gpu_model))
+    return [
+        (gpu_id, team_id, model, s, e)
+        for (gpu_id, team_id, model), s, e in _held_spans(
+            rows, start, ("gpu_id", "job__team_id", "gpu__model__name")
+        )
     ]
 
 

@@ -16,6 +16,7 @@ tests/reservations/test_booking_path.py.
 """
 
 import logging
+from dataclasses import dataclass
 from datetime import datetime
 
 from django.core.exceptions import ValidationError
@@ -29,7 +30,7 @@ from apps.fleet.models import Gpu, GpuModel, Node
 from apps.reservations import availability, picking, selectors
 from apps.reservations.availability import GpuInfo
 from apps.reservations.choices import ReservationStatus
-from apps.reservations.holdings import held_outside_bookings
+from apps.reservations.holdings import held_outside_bookings_for
 from apps.reservations.models import Reservation, ReservationGpu
 from apps.reservations.policy import BookingPolicy, budget_check
 from apps.teams.models import Membership, OrgUnit, Quota, Team
@@ -126,6 +127,12 @@ def _unit_label(slug: str) -> str:
     return unit_path_label(OrgUnit.objects.get(slug=slug))
 
 
+@dataclass(frozen=True)
+class Admission:
+    verdict: Verdict
+    held_by_jobs: set[int]  # GPUs of the booking's model that running jobs hold in its window
+
+
 def check_quota(
     *,
     team: Team,
@@ -134,20 +141,25 @@ def check_quota(
     start: datetime,
     end: datetime,
     exclude_reservation_id: int | None = None,
-) -> Verdict:
+) -> Admission:
     """Refuse (403 quota_exceeded) if the team would hold more than a limit at any instant of
     [start, end), counting its bookings and its running jobs (the quota rule,
     `apps.teams.quota_rule`); a team without a quota for the model may book none of it.
-    Returns the rule's verdict: `over_gpus` of the `count` GPUs are above the guarantee."""
+    Returns the rule's verdict (`over_gpus` of the `count` GPUs are above the guarantee) and
+    the model's GPUs running jobs hold then, read with the team's jobs after the locks."""
+    quotas = _locked_quotas(team, gpu_model)
+    unit_quotas = unit_quota_rows(gpu_model=gpu_model, lock=True)
+    jobs = held_outside_bookings_for(start=start, end=end, team=team, gpu_model=gpu_model)
     verdict = selectors.quota_verdict(
         team=team,
         gpu_model=gpu_model,
         count=count,
         start=start,
         end=end,
-        quotas=_locked_quotas(team, gpu_model),
-        unit_quotas=unit_quota_rows(gpu_model=gpu_model, lock=True),
+        quotas=quotas,
+        unit_quotas=unit_quotas,
         exclude_reservation_id=exclude_reservation_id,
+        team_jobs=[(model, s, e) for _, team_id, model, s, e in jobs if team_id == team.pk],
     )
     if not verdict.rows:
         raise PolicyRefusal(
@@ -189,7 +201,10 @@ def check_quota(
                 "available": max(row.limit - held, 0),
             },
         )
-    return verdict
+    return Admission(
+        verdict=verdict,
+        held_by_jobs={gpu_id for gpu_id, _, model, _, _ in jobs if model == gpu_model.name},
+    )
 
 
 def _next_slot_detail(*, gpu_model, count, duration, after, same_node) -> dict | None:
@@ -323,8 +338,8 @@ def _book(*, team, user, gpu_model, count, start, end, purpose, same_node, now) 
     locks, then the GPUs picked and held under the model's picking lock. A lost race on the
     exclusion constraint rolls all of it back (IntegrityError) for the caller to try again:
     no savepoint around the inserts, which would cost two round trips under the lock."""
-    verdict = check_quota(team=team, gpu_model=gpu_model, count=count, start=start, end=end)
-    over_gpus = verdict.over_gpus
+    admission = check_quota(team=team, gpu_model=gpu_model, count=count, start=start, end=end)
+    over_gpus = admission.verdict.over_gpus
     budget_check(
         team=team,
         gpu_model=gpu_model,
@@ -335,12 +350,10 @@ def _book(*, team, user, gpu_model, count, start, end, purpose, same_node, now) 
     )
     # Everything but the pick and its holdings happens before the model's picking lock, so
     # that bookings of the model wait for one another over two round trips (the lock with the
-    # pick, then the holdings) and the commit. Jobs start under the quota locks, not this one.
-    held_elsewhere = {
-        gpu_id for gpu_id, _, _ in held_outside_bookings(start=start, end=end, gpu_model=gpu_model)
-    }
+    # pick, then the holdings) and the commit. Jobs start under the quota locks, not this one;
+    # the model's running jobs were read with the team's, under those locks.
     free = picking.FreeGpus.of(
-        gpu_model=gpu_model, start=start, end=end, held_elsewhere=held_elsewhere
+        gpu_model=gpu_model, start=start, end=end, held_elsewhere=admission.held_by_jobs
     )
     reservation = Reservation.objects.create(
         team=team,

@@ -95,6 +95,21 @@ def held_outside_bookings(
     ]
 
 
+def held_outside_bookings_for(
+    *, start: datetime, end: datetime, team, gpu_model
+) -> list[tuple[int, int, str, int, int]]:
+    """(gpu_id, team_id, gpu_model_name, start_s, end_s) of GPUs held by something other than
+    bookings over [start, end) that are `team`'s or of `gpu_model`: what a booking's quota
+    count and its pick need, in one read (the `booking.busy_intervals` query)."""
+    return [
+        interval
+        for intervals in queries.ask(
+            "booking.busy_intervals", start=start, end=end, team=team, gpu_model=gpu_model
+        )
+        for interval in intervals
+    ]
+
+
 def holds_at(start: datetime, end: datetime | None, moment: datetime) -> bool:
     """The rule of `at_q` for rows already loaded: [start, end) holds at ``moment`` (an end of
     None: still running)."""

@@ -43,6 +43,12 @@ def _arguments(name: str, world: dict) -> dict:
             "end": now + timedelta(hours=1),
             "teams": [team.pk],
         },
+        "booking.busy_intervals": {
+            "start": now,
+            "end": now + timedelta(hours=1),
+            "team": team,
+            "gpu_model": model,
+        },
         "gpus.bookings": {
             "start": now,
             "end": None,
@@ -71,6 +77,7 @@ def _arguments(name: str, world: dict) -> dict:
 ANSWER_TYPES = {
     "gpus.busy_intervals": list,
     "teams.busy_intervals": list,
+    "booking.busy_intervals": list,
     "gpus.bookings": dict,
     "gpus.leaving_service": dict,
     "quota.usage": dict,
@@ -134,6 +141,38 @@ def test_the_teams_busy_intervals_answer_names_each_running_jobs_team_and_model(
         "teams.busy_intervals", start=now, end=now + timedelta(hours=2), teams=[other.pk]
     )
     assert none == []
+
+
+def test_the_booking_busy_intervals_answer_is_the_teams_jobs_and_the_models(world):
+    """The team's job on another model (its quota counts it) and another team's job on the
+    model (a booking cannot take its GPU); not another team's job on another model."""
+    from apps.jobs.choices import JobStatus
+    from apps.jobs.models import JobAllocation
+    from tests.factories import JobFactory
+
+    now, team, model = world["now"], world["team"], world["model"]
+    other = TeamFactory(slug="nlp")
+    gpu = Gpu.objects.filter(model=model).first()
+    elsewhere = make_node_with_gpus("gpu-l40s-01", 2, model_name="L40S-48GB").gpus.all()
+    for job_team, job_gpu in ((team, elsewhere[0]), (other, gpu), (other, elsewhere[1])):
+        job = JobFactory(
+            team=job_team,
+            status=JobStatus.RUNNING,
+            started_at=now - timedelta(minutes=5),
+            gpu_model=job_gpu.model,
+        )
+        JobAllocation.objects.create(job=job, gpu=job_gpu, start=now - timedelta(minutes=5))
+    (found,) = queries.ask(
+        "booking.busy_intervals",
+        start=now,
+        end=now + timedelta(hours=2),
+        team=team,
+        gpu_model=model,
+    )
+    assert sorted((g, t, m) for g, t, m, _, _ in found) == sorted(
+        [(elsewhere[0].pk, team.pk, "L40S-48GB"), (gpu.pk, other.pk, model.name)]
+    )
+    assert all(s < e for _, _, _, s, e in found)
 
 
 def test_asking_with_other_arguments_than_declared_is_refused():

@@ -43,16 +43,26 @@ def team_quota_blocked(
 
 
 def team_holdings(
-    *, team: Team, start: datetime, end: datetime, exclude_reservation_id: int | None = None
+    *,
+    team: Team,
+    start: datetime,
+    end: datetime,
+    exclude_reservation_id: int | None = None,
+    jobs: list[tuple[str, int, int]] | None = None,
 ) -> Holdings:
     """What the team holds over [start, end), of every model, as the quota rule counts it: its
-    bookings' GPUs and its running jobs' GPUs outside bookings (until their maximum runtime)."""
+    bookings' GPUs and its running jobs' GPUs outside bookings (until their maximum runtime).
+    ``jobs``: those running jobs' (gpu_model_name, start_s, end_s), when already read."""
     holdings = Holdings()
     rows = bookings_holding(start, end).filter(reservation__team=team)
     if exclude_reservation_id is not None:
         rows = rows.exclude(reservation_id=exclude_reservation_id)
     for s, e, model in rows.values_list("start", "end", "reservation__gpu_model__name"):
         holdings.add(team.slug, model, s, e)
+    if jobs is not None:
+        for model, s, e in jobs:
+            holdings.add(team.slug, model, availability.from_epoch(s), availability.from_epoch(e))
+        return holdings
     jobs = held_outside_bookings(start=start, end=end, team=team)
     models = dict(
         Gpu.objects.filter(pk__in={gpu_id for gpu_id, _, _ in jobs}).values_list(
@@ -97,11 +107,13 @@ def quota_verdict(
     quotas=None,
     unit_quotas=None,
     exclude_reservation_id: int | None = None,
+    team_jobs: list[tuple[str, int, int]] | None = None,
 ) -> Verdict:
     """The quota rule's answer for ``count`` more GPUs of ``gpu_model`` over [start, end) on top
     of what the team holds then: admitted or not, and how many are above its guarantee.
     ``quotas``, ``unit_quotas`` (rows and tree, ``teams.selectors.unit_quota_rows``): the
-    rows to apply (booking admission passes them locked); default: read."""
+    rows to apply (booking admission passes them locked); default: read. ``team_jobs``: the
+    team's running jobs as `team_holdings` takes them, when already read."""
     if quotas is None:
         rule = team_quota_rule(team=team)
     else:
@@ -121,6 +133,7 @@ def quota_verdict(
         start=start,
         end=end,
         exclude_reservation_id=exclude_reservation_id,
+        team_jobs=team_jobs,
     )
     return rule.admit(team.slug, gpu_model.name, count, start, end, holdings)
 
@@ -133,12 +146,17 @@ def rule_holdings(
     start: datetime,
     end: datetime,
     exclude_reservation_id: int | None = None,
+    team_jobs: list[tuple[str, int, int]] | None = None,
 ) -> Holdings:
     """What the quota rule counts for ``team``'s GPUs of ``model`` over [start, end): the
     team's holdings, and those of every team below a unit whose row applies (their limits
-    cap the teams together)."""
+    cap the teams together). ``team_jobs``: as `team_holdings` takes ``jobs``."""
     holdings = team_holdings(
-        team=team, start=start, end=end, exclude_reservation_id=exclude_reservation_id
+        team=team,
+        start=start,
+        end=end,
+        exclude_reservation_id=exclude_reservation_id,
+        jobs=team_jobs,
     )
     unit_rows = rule.unit_rows_for(team.slug, model)
     if not unit_rows:
