@@ -25,6 +25,7 @@ from apps.billing.periods import parse_period
 from apps.billing.services import is_billing_admin
 from apps.fleet.models import GpuModel
 from apps.teams.models import Team
+from apps.teams.selectors import TeamNotVisible, unit_scope
 from portal.downloads import streaming_download
 from portal.exceptions import ApplicationError
 from portal.serializers import RefuseUnknownFieldsMixin
@@ -194,6 +195,13 @@ def decimals_as_strings(values: dict) -> dict:
 
 PERIOD_PARAM = OpenApiParameter("period", str, description="Month, YYYY-MM (default: this one).")
 TEAM_PARAM = OpenApiParameter("team", str, description="Team slug (default: all you may see).")
+UNIT_PARAM = OpenApiParameter(
+    "unit", str, description="Organisation unit slug: the teams below it."
+)
+GROUP_PARAM = OpenApiParameter(
+    "group", str, enum=["team", "unit"],
+    description="unit: also the teams' figures summed per child unit of `unit` (default the root).",
+)  # fmt: skip
 
 
 def _period_from(request) -> BillingPeriod:
@@ -206,49 +214,75 @@ def _period_from(request) -> BillingPeriod:
 
 class UsageView(APIView):
     """Showback for teams: GPU-hours, busy and idle hours and cost per team for a month
-    (members see their own teams; finance and platform admins every team and the platform)."""
+    (members see their own teams; finance and platform admins every team and the platform).
+    `unit=<slug>` keeps the teams below a unit (and leaves the platform out, as `team` does);
+    `group=unit` adds `units`: the teams' rows summed per child unit of `unit` (of the root
+    without it), to the cent. A team or unit one cannot see is 404, a bad group 400."""
 
     permission_classes = [IsAuthenticated]
 
-    @extend_schema(parameters=[PERIOD_PARAM, TEAM_PARAM], responses=OpenApiTypes.OBJECT)
+    @extend_schema(
+        parameters=[PERIOD_PARAM, TEAM_PARAM, UNIT_PARAM, GROUP_PARAM],
+        responses=OpenApiTypes.OBJECT,
+    )
     def get(self, request):
         period = _period_from(request)
-        visible = set(Team.objects.for_user(request.user).values_list("pk", flat=True))
-        slug = request.query_params.get("team")
-        team = get_object_or_404(Team, slug=slug, pk__in=visible) if slug else None
-        rows = exports.team_totals(period) if period.pk else []
+        unit_slug = request.query_params.get("unit") or ""
+        team_slug = request.query_params.get("team") or ""
+        try:
+            scope = unit_scope(
+                user=request.user,
+                unit_slug=unit_slug,
+                team_slug=team_slug,
+                group=request.query_params.get("group") or "team",
+            )
+        except TeamNotVisible as exc:
+            raise Http404("No such team or unit.") from exc
+        in_scope = {team.pk for team in scope.teams}
+        with_platform = is_billing_admin(request.user) and not unit_slug and not team_slug
+        rows = [
+            row
+            for row in (exports.team_totals(period) if period.pk else [])
+            if row["team_id"] in in_scope or (row["team_id"] is None and with_platform)
+        ]
         showback = is_showback()
-        teams = []
-        for row in rows:
-            if row["team_id"] is None and not is_billing_admin(request.user):
-                continue
-            if row["team_id"] is not None and row["team_id"] not in visible:
-                continue
-            if team is not None and row["team_id"] != team.pk:
-                continue
-            item = {
-                "team": row["sub_account"],
-                "gpu_hours": row["gpu_hours"],
-                "busy_gpu_hours": row["busy_gpu_hours"],
-                "held_idle_gpu_hours": row["held_idle_gpu_hours"],
-            }
-            if not showback:
-                item |= {
-                    "cost": row["cost"],
-                    "held_idle_cost": row["held_idle_cost"],
-                    "over_quota_cost": row["over_quota_cost"],
-                    "currency": settings.BILLING_CURRENCY,
-                }
-            teams.append(decimals_as_strings(item))
-        return Response(
-            {
-                "period": f"{period.month:%Y-%m}",
-                "status": period.status,
-                "draft": not period.is_closed,
-                "mode": settings.BILLING_MODE,
-                "teams": teams,
-            }
-        )
+        body = {
+            "period": f"{period.month:%Y-%m}",
+            "status": period.status,
+            "draft": not period.is_closed,
+            "mode": settings.BILLING_MODE,
+            "unit": unit_slug or None,
+            "group": "unit" if scope.group_units is not None else "team",
+            "teams": [
+                {"team": row["sub_account"]} | _usage_item(row, showback=showback) for row in rows
+            ],
+        }
+        if scope.group_units is not None:
+            body["units"] = [
+                {"unit": row["unit"], "name": row["name"], "teams": row["teams"]}
+                | _usage_item(row, showback=showback)
+                for row in selectors.grouped_totals(rows, scope.group_units)
+                if row["kind"] == "unit"
+            ]
+        return Response(body)
+
+
+def _usage_item(row: dict, *, showback: bool) -> dict:
+    """A team's or a unit's hours in the usage reply, and its money unless the portal runs in
+    showback mode."""
+    item = {
+        "gpu_hours": row["gpu_hours"],
+        "busy_gpu_hours": row["busy_gpu_hours"],
+        "held_idle_gpu_hours": row["held_idle_gpu_hours"],
+    }
+    if not showback:
+        item |= {
+            "cost": row["cost"],
+            "held_idle_cost": row["held_idle_cost"],
+            "over_quota_cost": row["over_quota_cost"],
+            "currency": settings.BILLING_CURRENCY,
+        }
+    return decimals_as_strings(item)
 
 
 class ChargebackView(APIView):

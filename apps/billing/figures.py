@@ -38,7 +38,7 @@ def cost_figures(
         for t in exports.team_totals(period)
         if t["team_id"] in team_ids or (include_platform and t["team_id"] is None)
     ]
-    rows = cost_rows(totals, group_of)
+    rows = selectors.grouped_totals(totals, group_units)
     return {
         "totals": totals,
         "rows": rows,
@@ -54,40 +54,6 @@ def cost_figures(
             "over-quota": _over_quota(rows),
         },
     }
-
-
-def cost_rows(totals: list[dict], group_of: dict[str, str] | None) -> list[dict]:
-    """Per team (per group with `group_of`), then the platform's row: GPU-hours, cost and its
-    over-quota part. A group's figures are sums of its teams' rounded totals (as every export
-    rounds them), so a unit's cost is its teams' to the cent."""
-    rows: dict[str, dict] = {}
-    platform = []
-    for total in totals:
-        if total["team_id"] is None:
-            platform.append(
-                {"name": PLATFORM_COST_CENTER, "kind": "platform", "teams": [], **_money(total)}
-            )
-            continue
-        slug = total["team__slug"]
-        if group_of is None:
-            rows[slug] = {"name": slug, "kind": "team", "teams": [slug], **_money(total)}
-            continue
-        name = group_of.get(slug, slug)
-        row = rows.setdefault(
-            name,
-            {"name": name, "kind": "unit", "teams": [], **dict.fromkeys(_SUMMED, Decimal(0))},
-        )
-        row["teams"].append(slug)
-        for key in _SUMMED:
-            row[key] += total[key]
-    return [rows[name] for name in sorted(rows)] + platform
-
-
-_SUMMED = ("gpu_hours", "cost", "over_quota_cost")
-
-
-def _money(total: dict) -> dict:
-    return {key: total[key] for key in _SUMMED}
 
 
 def _powered_off(period: BillingPeriod, now) -> dict:

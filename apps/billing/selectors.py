@@ -7,7 +7,7 @@ from django.db.models import F, Q, QuerySet
 from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
-from apps.billing.choices import ChargeSource
+from apps.billing.choices import PLATFORM_COST_CENTER, ChargeSource
 from apps.billing.models import BillingPeriod, Budget, BudgetAlert, LedgerEntry, RateCard
 from apps.billing.money import ExactSum
 from apps.billing.periods import add_months, month_bounds
@@ -300,3 +300,42 @@ def change_percent(now: Decimal, before: Decimal | None) -> Decimal | None:
     if not before:
         return None
     return ((now - before) * 100 / abs(before)).quantize(Decimal("0.1"))
+
+
+# The figures of a team's month that add up across teams (all rounded as the exports round).
+SUMMED_TOTALS = (
+    "gpu_hours", "busy_gpu_hours", "held_idle_gpu_hours", "cost", "held_idle_cost",
+    "over_quota_cost",
+)  # fmt: skip
+
+
+def grouped_totals(totals: list[dict], group_units: dict | None) -> list[dict]:
+    """`exports.team_totals` rows per team by slug, or per unit with `group_units` (team slug
+    -> the unit it is grouped under, `teams.selectors.unit_scope`) by unit name; then the
+    platform's row. Each row: name, kind (team, unit, platform), unit (the unit's slug, for a
+    unit's row), teams (slugs) and the `SUMMED_TOTALS`. A unit's figures are sums of its teams'
+    rounded totals, so a unit's cost is its teams' to the cent."""
+    rows: dict[str, dict] = {}
+    platform = []
+    for total in totals:
+        figures = {key: total[key] for key in SUMMED_TOTALS}
+        if total["team_id"] is None:
+            platform.append(
+                {"name": PLATFORM_COST_CENTER, "kind": "platform", "unit": None, "teams": [],
+                 **figures}
+            )  # fmt: skip
+            continue
+        slug = total["team__slug"]
+        if group_units is None or slug not in group_units:
+            rows[slug] = {"name": slug, "kind": "team", "unit": None, "teams": [slug], **figures}
+            continue
+        unit = group_units[slug]
+        row = rows.setdefault(
+            unit.name,
+            {"name": unit.name, "kind": "unit", "unit": unit.slug, "teams": [],
+             **dict.fromkeys(SUMMED_TOTALS, Decimal(0))},
+        )  # fmt: skip
+        row["teams"].append(slug)
+        for key in SUMMED_TOTALS:
+            row[key] += figures[key]
+    return [rows[name] for name in sorted(rows)] + platform

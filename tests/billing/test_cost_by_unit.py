@@ -13,6 +13,7 @@ from apps.fleet.models import Gpu
 from apps.reservations.choices import ReservationStatus
 from apps.teams.selectors import unit_scope
 from tests.billing.conftest import AFTER_NOV, DEC, NOV
+from tests.conftest import client_for
 from tests.factories import make_booking
 from tests.teams.departments import build_departments
 
@@ -148,3 +149,30 @@ def test_the_burn_down_draws_a_unit_against_its_budget_only_when_all_its_teams_s
     partial = _figures(la, period, group="unit")["figures"]["burn-down"]["data"]
     assert [t["name"] for t in partial] == ["Research spent"]
     assert partial[0]["y"][-1] == pytest.approx(by_team["cv spent"][-1])
+
+
+def test_the_usage_api_filters_and_groups_by_unit(finance_user, org_november):
+    client = client_for(finance_user)
+    teams = {
+        row["team"]: row for row in client.get("/api/v1/usage/?period=2026-11").json()["teams"]
+    }
+    body = client.get("/api/v1/usage/?period=2026-11&group=unit").json()
+    assert body["group"] == "unit"
+    units = {row["unit"]: row for row in body["units"]}
+    assert set(units) == {"research", "ops"}
+    assert units["research"]["name"] == "Research" and units["research"]["teams"] == ["cv", "nlp"]
+    for key in ("cost", "over_quota_cost", "held_idle_cost", "gpu_hours", "busy_gpu_hours"):
+        assert Decimal(units["research"][key]) == Decimal(teams["nlp"][key]) + Decimal(
+            teams["cv"][key]
+        ), key
+    assert units["ops"]["cost"] == teams["sre"]["cost"]
+    narrowed = client.get("/api/v1/usage/?period=2026-11&unit=research").json()
+    assert [row["team"] for row in narrowed["teams"]] == ["cv", "nlp"]  # no platform, no sre
+    assert "units" not in narrowed
+    refused = client.get("/api/v1/usage/?period=2026-11&group=dept")
+    assert refused.status_code == 400 and refused.json()["code"] == "bad_filter"
+    assert client.get("/api/v1/usage/?period=2026-11&unit=nowhere").status_code == 404
+    la = client_for(org_november["users"]["la"])
+    assert la.get("/api/v1/usage/?period=2026-11&unit=research").status_code == 404
+    (lab,) = la.get("/api/v1/usage/?period=2026-11&group=unit").json()["units"]
+    assert (lab["unit"], lab["teams"], lab["cost"]) == ("research", ["cv"], teams["cv"]["cost"])
