@@ -19,12 +19,20 @@
     rounded and summed in SQL) and the cost page itself, vs one SQL GROUP BY team of the
     ledger, beside the earlier path (every detail line rounded and summed in Python).
 
-Run: .venv/bin/python bench/billing.py [--gpus 1000] [--no-rollups] [--only b,c,d,e,f]
-Uses its own PostgreSQL database (portal_bench_billing, dropped and rebuilt).
+Run: .venv/bin/python bench/billing.py [--gpus 1000] [--no-rollups] [--only b,d]
+        [--reuse] [--digest] [--profile focus-1.3]
+Uses its own PostgreSQL database (portal_bench_billing, dropped and rebuilt; another with
+BENCH_BILLING_DATABASE_URL). --reuse keeps a month built by an earlier run of the same --gpus
+(no seeding, no metering); --digest prints a SHA-256 of each export's bytes (from a further
+pass), so two versions of the code can be compared on the same month; --profile runs one export
+once more under cProfile and prints where its time went.
 """
 
 import argparse
+import cProfile
+import hashlib
 import os
+import pstats
 import random
 import sys
 import time
@@ -149,6 +157,11 @@ def timed(fn):
     return result, time.perf_counter() - t0
 
 
+def baseline_of(sql, params):
+    """The raw query's best of three runs (the first also warms the cache for the export)."""
+    return min(timed(lambda: raw(sql, params))[1] for _ in range(3))
+
+
 def raw(sql, params):
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
@@ -178,16 +191,40 @@ class NullSink:
         return len(chunk)
 
 
+class DigestSink:
+    """The SHA-256 of what is written (only in the --digest pass, not a timed one)."""
+
+    def __init__(self):
+        self.hash = hashlib.sha256()
+
+    def write(self, chunk):
+        self.hash.update(chunk.encode() if isinstance(chunk, str) else chunk)
+        return len(chunk)
+
+
+OPTIONS = argparse.Namespace(digest=False, profile=None)
+
+
+def profiled(name, fn):
+    """`fn` once more under cProfile when --profile names this export: the top of the profile."""
+    if OPTIONS.profile != name:
+        return
+    profile = cProfile.Profile()
+    profile.runcall(fn)
+    stats = pstats.Stats(profile).sort_stats("tottime")
+    stats.print_stats(25)
+
+
 def bench_focus(version):
     from apps.billing import exports, focus
     from apps.billing.models import BillingPeriod
 
     period = BillingPeriod.objects.get(month=NOV.date())
-    _, baseline = timed(lambda: raw(RAW_FOCUS_BASELINE, {"period": period.pk}))
+    baseline = baseline_of(RAW_FOCUS_BASELINE, {"period": period.pk})
     scope = exports.ExportScope(period=period)
 
-    def export():
-        sink, counted = NullSink(), [0]
+    def export(sink=None):
+        sink, counted = sink or NullSink(), [0]
 
         def rows():
             for row in focus.focus_rows(scope, version):
@@ -209,6 +246,11 @@ def bench_focus(version):
     print(f"{'FOCUS CSV, streamed':44} {seconds:9.2f} {seconds / baseline:7.1f}")
     print(f"lines: {lines - 1:,}; peak Python memory while streaming: {peak / 2**20:.1f} MiB")
     print(f"target < 10 s: {'met' if seconds < 10 else 'MISSED'}")
+    if OPTIONS.digest:
+        sink = DigestSink()
+        export(sink)
+        print(f"FOCUS {version} CSV sha256: {sink.hash.hexdigest()}")
+    profiled(f"focus-{version}", export)
 
 
 RAW_STATEMENT_BASELINE = """
@@ -224,16 +266,27 @@ FROM billing_ledgerentry l WHERE l.period_id = %(period)s GROUP BY 1, 2, 3 ORDER
 """
 
 
-def bench_statements_and_xlsx():
-    import tempfile
+def archive_digest(path_or_file, skip=()):
+    """SHA-256 over a ZIP's members (names and contents), not the archive's own bytes, which
+    carry the time it was written."""
+    import zipfile
 
+    digest = hashlib.sha256()
+    with zipfile.ZipFile(path_or_file) as archive:
+        for name in sorted(archive.namelist()):
+            if name not in skip:
+                digest.update(name.encode() + b"\0" + archive.read(name))
+    return digest.hexdigest()
+
+
+def bench_statements():
     from django.template.loader import render_to_string
 
-    from apps.billing import exports, statements
+    from apps.billing import statements
     from apps.billing.models import BillingPeriod
 
     period = BillingPeriod.objects.get(month=NOV.date())
-    _, baseline = timed(lambda: raw(RAW_STATEMENT_BASELINE, {"period": period.pk}))
+    baseline = baseline_of(RAW_STATEMENT_BASELINE, {"period": period.pk})
 
     def render(statement):
         return render_to_string("billing/statement_file.html", {"statement": statement})
@@ -248,16 +301,36 @@ def bench_statements_and_xlsx():
     print(f"{'raw SQL GROUP BY team, model, source':44} {baseline:9.2f} {1:7.1f}")
     print(f"{'statements ZIP (rounded, rendered)':44} {seconds:9.2f} {seconds / baseline:7.1f}")
     print(f"ZIP: {size:,} bytes for {TEAMS} teams")
+    if OPTIONS.digest:
+        with statements.statements_zip_file(period, render) as archive:
+            print(f"statements sha256 (members): {archive_digest(archive)}")
+    profiled("statements", write_zip)
 
-    _, baseline = timed(lambda: raw(RAW_XLSX_BASELINE, {"period": period.pk}))
+
+def bench_xlsx():
+    import tempfile
+
+    from apps.billing import exports
+    from apps.billing.models import BillingPeriod
+
+    period = BillingPeriod.objects.get(month=NOV.date())
+    baseline = baseline_of(RAW_XLSX_BASELINE, {"period": period.pk})
     with tempfile.NamedTemporaryFile(suffix=".xlsx") as handle:
-        _, seconds = timed(lambda: exports.write_xlsx(exports.ExportScope(period), handle.name))
+
+        def write():
+            exports.write_xlsx(exports.ExportScope(period), handle.name)
+
+        _, seconds = timed(write)
         size = os.path.getsize(handle.name)
+        digest = archive_digest(handle.name, skip={"docProps/core.xml"})  # core: the time
+        profiled("xlsx", write)
     print("\n(d) XLSX export of November (Summary + Detail, formats, SUM totals)")
     print(f"{'path':44} {'seconds':>9} {'ratio':>7}")
     print(f"{'raw SQL GROUP BY team, day, model':44} {baseline:9.2f} {1:7.1f}")
     print(f"{'write_xlsx (write-only workbook)':44} {seconds:9.2f} {seconds / baseline:7.1f}")
     print(f"file: {size:,} bytes")
+    if OPTIONS.digest:
+        print(f"XLSX sha256 (members but docProps/core.xml): {digest}")
 
 
 RAW_HOURLY_BASELINE = """
@@ -353,7 +426,7 @@ def bench_team_totals():
     assert [(t["sub_account"], t["cost"], t["busy_cost"], t["held_idle_cost"]) for t in totals] == [
         (t["sub_account"], t["cost"], t["busy_cost"], t["held_idle_cost"]) for t in before
     ]
-    admin = User.objects.create(username="bench-finance", global_role="finance")
+    admin, _ = User.objects.get_or_create(username="bench-finance", global_role="finance")
     client = Client(HTTP_HOST="localhost")
     client.force_login(admin)
     url = "/billing/cost/?period=2026-11"
@@ -375,25 +448,56 @@ def bench_team_totals():
     print(f"teams: {len(totals)}; the same cents both ways")
 
 
+PARTS = ("b", "c", "d", "e", "f")  # after metering, as named above
+PROFILED = ("focus-1.2", "focus-1.3", "statements", "xlsx")
+
+
+def month_built(gpu_count: int) -> bool:
+    """Whether the database already holds November metered for `gpu_count` GPUs (--reuse)."""
+    from apps.billing.models import BillingPeriod
+    from apps.fleet.models import Gpu
+
+    try:
+        metered = BillingPeriod.objects.filter(month=NOV.date(), metered_until=DEC).exists()
+        return metered and Gpu.objects.count() == gpu_count
+    except Exception:  # not migrated yet
+        connection.close()
+        return False
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gpus", type=int, default=1000)
     parser.add_argument("--no-rollups", action="store_true")
-    parser.add_argument("--only", help="parts after metering, e.g. b,f (default: all)")
+    parser.add_argument("--only", default=",".join(PARTS), help="parts after metering, e.g. b,f")
+    parser.add_argument("--reuse", action="store_true")
+    parser.add_argument("--digest", action="store_true")
+    parser.add_argument("--profile", choices=PROFILED)
     args = parser.parse_args()
-    parts = set((args.only or "b,c,d,e,f").split(","))
-    recreate_database()
-    seed(args.gpus, with_rollups=not args.no_rollups)
-    bench_metering()
-    if "b" in parts:
-        bench_focus("1.2")
-        bench_focus("1.3")
-    if "c" in parts or "d" in parts:
-        bench_statements_and_xlsx()
-    if "e" in parts:
-        bench_hourly()
-    if "f" in parts:
-        bench_team_totals()
+    OPTIONS.digest, OPTIONS.profile = args.digest, args.profile
+    parts = args.only.split(",")
+    if unknown := set(parts) - set(PARTS):
+        parser.error(f"unknown parts: {', '.join(sorted(unknown))}")
+    reused = args.reuse and month_built(args.gpus)
+    if not reused:
+        recreate_database()
+        seed(args.gpus, with_rollups=not args.no_rollups)
+    else:
+        print(f"reusing the month built for {args.gpus} GPUs")
+    if not reused:
+        bench_metering()
+    with connection.cursor() as cursor:  # the statistics autovacuum keeps after a month's metering
+        cursor.execute("ANALYZE billing_ledgerentry")
+    runs = {
+        "b": lambda: (bench_focus("1.2"), bench_focus("1.3")),
+        "c": bench_statements,
+        "d": bench_xlsx,
+        "e": bench_hourly,
+        "f": bench_team_totals,
+    }
+    for part in PARTS:
+        if part in parts:
+            runs[part]()
 
 
 if __name__ == "__main__":
