@@ -23,11 +23,11 @@ row that costs nothing), in an export of every team."""
 
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime, timedelta
 from decimal import ROUND_HALF_EVEN, Decimal
 from functools import lru_cache
 from itertools import chain
+from typing import NamedTuple
 
 from django.conf import settings
 from django.utils import timezone
@@ -101,16 +101,18 @@ def focus_time(moment: datetime | date) -> str:
 
 def focus_rows(scope: ExportScope, version: str = DEFAULT_FOCUS_VERSION) -> Iterator[dict]:
     """The rows of a FOCUS export of `scope` (team or all, always at detail level)."""
-    context = _Context(scope)
+    context = _Context(scope, version)
     lines = export_lines(ExportScope(scope.period, scope.team_id, DETAIL))
     for line in chain(lines, context.powered_off_lines()):  # the latter once the lines are out
         row = _base_row(context, line)
         if version == FOCUS_1_2:
             yield row
             continue
-        offset = 0
-        for share in _shares(line):
-            yield _allocated_row(context, line, row, share, offset)
+        shares = _shares(line)
+        offset, last = 0, len(shares) - 1
+        for number, share in enumerate(shares):
+            # The last share's row is the base row itself: one dict per row, no copies.
+            yield _allocated_row(context, line, row if number == last else dict(row), share, offset)
             offset += share.seconds
     yield from _recovery_rows(context, version)
 
@@ -162,7 +164,7 @@ def _recovery_rows(context: "_Context", version: str) -> Iterator[dict]:
 class _Context:
     """What every row of one export shares, computed once."""
 
-    def __init__(self, scope: ExportScope) -> None:
+    def __init__(self, scope: ExportScope, version: str) -> None:
         period_start, period_end = month_bounds(scope.period.month)
         self.scope = scope
         self.period_end = period_end
@@ -175,6 +177,10 @@ class _Context:
         self.invoice_ids = _Cached(lambda sub_account: invoice_id(scope.period, sub_account))
         self.tags = _Cached(lambda cost_center, team: focus_tags(self.units, cost_center, team))
         self.allocated_tags = _Cached(_allocated_tags)
+        # ChargePeriodStart and ChargePeriodEnd of each day; a month has few
+        self.charge_period = _Cached(self._charge_period)
+        # The columns that follow from a row's team alone, per team (and the platform)
+        self.team_columns = _Cached(self._team_columns)
         # The columns every row of this export has alike.
         provider = self.provider
         self.constant = {
@@ -194,6 +200,12 @@ class _Context:
             "ServiceSubcategory": SERVICE_SUBCATEGORY,
             "x_Draft": self.draft,
         }
+        # 1.3's columns, as a row that no share fills in has them
+        self.new_in_version = (
+            {"ServiceProviderName": provider, "HostProviderName": provider, **NEW_IN_1_3_EMPTY}
+            if version == FOCUS_1_3
+            else {}
+        )
         # (GPU UUID, day) -> powered-off hours and energy saved, not yet on a row; only in an
         # export of every team (the platform's rows are in no team's)
         self._powered_off = (
@@ -202,12 +214,31 @@ class _Context:
             else {}
         )
 
+    def _charge_period(self, day: date) -> tuple[str, str]:
+        day_start = datetime(day.year, day.month, day.day, tzinfo=UTC)
+        end = min(day_start + timedelta(days=1), self.period_end)
+        return focus_time(day_start), focus_time(end)
+
+    def _team_columns(
+        self, team_id: int | None, sub_account: str, name: str | None, cost_center: str | None
+    ) -> dict:
+        return {
+            "InvoiceId": self.invoice_ids[sub_account],
+            "SubAccountId": sub_account,
+            "SubAccountName": name or "Platform (unallocated capacity)",
+            "SubAccountType": "Team" if team_id else "Platform",
+            "Tags": self.tags[cost_center or sub_account, team_id],
+            "x_UnitPath": self.units.get(team_id, NO_UNIT)["unit_path"] or None,
+        }
+
     def powered_off_columns(self, line: dict) -> dict:
         """x_PoweredOffGpuHours and x_EnergySavedKwh of a row: the GPU-day's, on the first
         unallocated-capacity row of that GPU-day; 0 elsewhere."""
         off = None
         if line["source"] == ChargeSource.UNALLOCATED and line["gpu__uuid"]:
             off = self._powered_off.pop((line["gpu__uuid"], line["day"]), None)
+        if off is None:
+            return NOT_POWERED_OFF
         return {
             "x_PoweredOffGpuHours": off.gpu_hours if off else Decimal(0),
             "x_EnergySavedKwh": off.energy_saved_kwh if off else Decimal(0),
@@ -261,69 +292,85 @@ def _ratio(part: int, total: int) -> Decimal:
     return (Decimal(part) / Decimal(total)).quantize(RATIO_PLACES, rounding=ROUND_HALF_EVEN)
 
 
+NOT_POWERED_OFF = {"x_PoweredOffGpuHours": Decimal(0), "x_EnergySavedKwh": Decimal(0)}
+USAGE_COLUMNS = {
+    "ChargeCategory": "Usage", "ChargeClass": None, "ChargeFrequency": "Usage-Based",
+    "ConsumedUnit": "GPU-Hours", "PricingCategory": "Standard", "PricingUnit": "GPU-Hours",
+}  # fmt: skip
+ADJUSTMENT_COLUMNS = {
+    "ChargeCategory": "Adjustment", "ChargeClass": "Correction", "ChargeFrequency": "One-Time",
+    "ConsumedQuantity": None, "ConsumedUnit": None, "ContractedUnitPrice": None,
+    "ListUnitPrice": None, "PricingCategory": None, "PricingQuantity": None, "PricingUnit": None,
+}  # fmt: skip
+# In 1.3, before a row's share fills them in (`_allocated_row`)
+NEW_IN_1_3_EMPTY = {
+    "AllocatedMethodId": None, "AllocatedMethodDetails": None, "AllocatedResourceId": None,
+    "AllocatedResourceName": None, "AllocatedTags": None, "CapacityReservationId": None,
+    "CapacityReservationStatus": None,
+}  # fmt: skip
+
+
 def _base_row(context: _Context, line: dict) -> dict:
-    """The FOCUS 1.2 row of one export line."""
-    source = line["source"]
+    """The FOCUS 1.2 row of one export line (in 1.3 also the new columns, empty): the columns
+    every row of the export, of the line's team and of its day has alike come from the
+    context, computed once."""
+    source, cost = line["source"], line["cost"]
     adjustment = source == ChargeSource.ADJUSTMENT
-    quantity = gpu_hours(line["sum_gpu_seconds"])
-    unit_price = line["unit_price"] or Decimal(0)
-    day_start = datetime(line["day"].year, line["day"].month, line["day"].day, tzinfo=UTC)
-    idle_seconds = (
-        line["sum_gpu_seconds"] if source == ChargeSource.UNALLOCATED else line["held_idle_seconds"]
-    )
-    return {
+    seconds = line["sum_gpu_seconds"]
+    uuid, model = line["gpu__uuid"], line["gpu_model__name"]
+    start, end = context.charge_period[line["day"]]
+    row = {
         **context.constant,
-        "BilledCost": line["cost"],
-        "ChargeCategory": "Adjustment" if adjustment else "Usage",
-        "ChargeClass": "Correction" if adjustment else None,
+        **context.team_columns[
+            line["team_id"], line["sub_account"], line["team__name"], line["team__cost_center"]
+        ],
+        "BilledCost": cost,
         "ChargeDescription": line["description"],
-        "ChargeFrequency": "One-Time" if adjustment else "Usage-Based",
-        "ChargePeriodEnd": focus_time(min(day_start + timedelta(days=1), context.period_end)),
-        "ChargePeriodStart": focus_time(day_start),
-        "ConsumedQuantity": None if adjustment else quantity,
-        "ConsumedUnit": None if adjustment else "GPU-Hours",
-        "ContractedCost": line["cost"],
-        "ContractedUnitPrice": None if adjustment else unit_price,
-        "EffectiveCost": line["cost"],
-        "InvoiceId": context.invoice_ids[line["sub_account"]],
-        "ListCost": line["cost"] if adjustment else cents(quantity * unit_price),
-        "ListUnitPrice": None if adjustment else unit_price,
-        "PricingCategory": None if adjustment else "Standard",
-        "PricingQuantity": None if adjustment else quantity,
-        "PricingUnit": None if adjustment else "GPU-Hours",
-        "ResourceId": line["gpu__uuid"],
-        "ResourceName": (
-            f"{line['gpu__node__hostname']}/gpu{line['gpu__index']}" if line["gpu__uuid"] else None
-        ),
-        "ResourceType": "GPU" if line["gpu__uuid"] else None,
-        "SkuId": line["gpu_model__name"],
-        "SkuMeter": SKU_METER if line["gpu_model__name"] else None,
+        "ChargePeriodEnd": end,
+        "ChargePeriodStart": start,
+        "ContractedCost": cost,
+        "EffectiveCost": cost,
+        "ResourceId": uuid,
+        "ResourceName": f"{line['gpu__node__hostname']}/gpu{line['gpu__index']}" if uuid else None,
+        "ResourceType": "GPU" if uuid else None,
+        "SkuId": model,
+        "SkuMeter": SKU_METER if model else None,
         "SkuPriceId": line["rate_card_id"],
-        "SubAccountId": line["sub_account"],
-        "SubAccountName": line["team__name"] or "Platform (unallocated capacity)",
-        "SubAccountType": "Team" if line["team_id"] else "Platform",
-        "Tags": context.tags[line["team__cost_center"] or line["sub_account"], line["team_id"]],
-        "x_UnitPath": context.units.get(line["team_id"], NO_UNIT)["unit_path"] or None,
         "x_BusyGpuHours": gpu_hours(line["sum_busy_seconds"]),
-        "x_IdleGpuHours": gpu_hours(idle_seconds),
+        "x_IdleGpuHours": gpu_hours(
+            seconds if source == ChargeSource.UNALLOCATED else line["held_idle_seconds"]
+        ),
         "x_EnergyKwh": line["sum_energy_kwh"],
         "x_ReservationId": line["source_id"] if source == ChargeSource.RESERVATION else None,
         "x_JobId": line["source_id"] if source == ChargeSource.JOB else None,
-        "x_OverQuota": flag(line["over_quota"]),
+        "x_OverQuota": "true" if line["over_quota"] else "false",
         "x_LineType": line["line_type"],
         "x_BusyCost": line["busy_cost"],
         "x_HeldIdleCost": line["held_idle_cost"],
         "x_OverQuotaCost": line["over_quota_cost"],
         "x_EnergyCost": line["energy_cost"],
         **context.powered_off_columns(line),
+        **context.new_in_version,
     }
+    if adjustment:
+        row.update(ADJUSTMENT_COLUMNS)
+        row["ListCost"] = cost
+    else:
+        quantity = gpu_hours(seconds)
+        unit_price = line["unit_price"] or Decimal(0)
+        row.update(USAGE_COLUMNS)
+        row["ConsumedQuantity"] = row["PricingQuantity"] = quantity
+        row["ContractedUnitPrice"] = row["ListUnitPrice"] = unit_price
+        row["ListCost"] = cents(quantity * unit_price)
+    return row
 
 
 BUSY, HELD_IDLE, JOB, UNALLOCATED, NOT_SPLIT = "busy", "held-idle", "job", "unallocated", None
+# The share of a line of a GPU that is not split (a booking's line is split: BUSY and HELD_IDLE)
+WHOLE_SHARES = {ChargeSource.UNALLOCATED: UNALLOCATED, ChargeSource.JOB: JOB}
 
 
-@dataclass(frozen=True)
-class _Share:
+class _Share(NamedTuple):
     """One 1.3 row of a line: its GPU-seconds, and its part of every quantity and cost."""
 
     name: str | None
@@ -343,26 +390,27 @@ def _shares(line: dict) -> list[_Share]:
     same ratio (the share of its GPU-time), the Unused part rounded and the Used part the rest,
     so each share's figures add up to the line's exactly."""
     source, seconds = line["source"], line["sum_gpu_seconds"] or 0
-    whole = _Share(
-        name=NOT_SPLIT,
-        seconds=seconds,
-        quantity=gpu_hours(seconds),
-        cost=line["cost"],
-        list_cost=_list_cost(line, gpu_hours(seconds)),
-        energy_kwh=line["sum_energy_kwh"],
-        energy_cost=line["energy_cost"],
-        busy_cost=line["busy_cost"],
-        held_idle_cost=line["held_idle_cost"],
-    )
     if source == ChargeSource.ADJUSTMENT or not line["gpu__uuid"]:
+        name = NOT_SPLIT
+    else:
+        name = WHOLE_SHARES.get(source, BUSY)
+    quantity = gpu_hours(seconds)
+    whole = _Share(
+        name,
+        seconds,
+        quantity,
+        line["cost"],
+        _list_cost(line, quantity),
+        line["sum_energy_kwh"],
+        line["energy_cost"],
+        line["busy_cost"],
+        line["held_idle_cost"],
+    )
+    if name != BUSY:
         return [whole]
-    if source == ChargeSource.UNALLOCATED:
-        return [replace(whole, name=UNALLOCATED)]
-    if source == ChargeSource.JOB:
-        return [replace(whole, name=JOB)]
     idle_seconds = _held_idle(line)
     if not idle_seconds:
-        return [replace(whole, name=BUSY)]
+        return [whole]
     fraction = Decimal(idle_seconds) / Decimal(seconds)
     idle_energy_cost = min(cents(whole.energy_cost * fraction), whole.energy_cost)
     idle_quantity = gpu_hours(idle_seconds)
@@ -399,48 +447,34 @@ def _list_cost(line: dict, quantity: Decimal) -> Decimal:
     return cents(quantity * (line["unit_price"] or Decimal(0)))
 
 
-def _allocated_row(context: _Context, line: dict, base: dict, share: _Share, offset: int) -> dict:
-    row = dict(base)
-    row.update(
-        {
-            "ServiceProviderName": context.provider,
-            "HostProviderName": context.provider,
-            "AllocatedMethodId": None,
-            "AllocatedMethodDetails": None,
-            "AllocatedResourceId": None,
-            "AllocatedResourceName": None,
-            "AllocatedTags": None,
-            "CapacityReservationId": None,
-            "CapacityReservationStatus": None,
-        }
-    )
+def _allocated_row(context: _Context, line: dict, row: dict, share: _Share, offset: int) -> dict:
+    """The 1.3 row of one share of a line, filled in on `row` (the line's base row, or a copy
+    of it for all but its last share)."""
     name = share.name
     if name is NOT_SPLIT:
         return row
-    row.update(
-        {
-            "BilledCost": share.cost,
-            "ContractedCost": share.cost,
-            "EffectiveCost": share.cost,
-            "ListCost": share.list_cost,
-            "ConsumedQuantity": share.quantity,
-            "PricingQuantity": share.quantity,
-            "ChargeDescription": _share_description(line, name),
-            "AllocatedMethodId": ALLOCATION_METHOD,
-            "AllocatedMethodDetails": _method_details(
-                context.ratio(line, offset, share.seconds), share.quantity, name
-            ),
-            "x_EnergyKwh": share.energy_kwh,
-            "x_EnergyCost": share.energy_cost,
-            "x_BusyCost": share.busy_cost,
-            "x_HeldIdleCost": share.held_idle_cost,
-            "x_OverQuotaCost": share.cost if line["over_quota"] else Decimal(0),
-            **_allocated_to(context, line, name),
-        }
+    cost, quantity = share.cost, share.quantity
+    row["BilledCost"] = row["ContractedCost"] = row["EffectiveCost"] = cost
+    row["ListCost"] = share.list_cost
+    row["ConsumedQuantity"] = row["PricingQuantity"] = quantity
+    row["ChargeDescription"] = _share_description(line, name)
+    row["AllocatedMethodId"] = ALLOCATION_METHOD
+    row["AllocatedMethodDetails"] = _method_details(
+        context.ratio(line, offset, share.seconds), quantity, name
     )
+    row["x_EnergyKwh"] = share.energy_kwh
+    row["x_EnergyCost"] = share.energy_cost
+    row["x_BusyCost"] = share.busy_cost
+    row["x_HeldIdleCost"] = share.held_idle_cost
+    row["x_OverQuotaCost"] = cost if line["over_quota"] else Decimal(0)
+    row.update(_allocated_to(context, line, name))
     if name in (BUSY, HELD_IDLE):
-        row["x_BusyGpuHours"] = gpu_hours(line["sum_busy_seconds"]) if name == BUSY else Decimal(0)
-        row["x_IdleGpuHours"] = share.quantity if name == HELD_IDLE else Decimal(0)
+        # a busy row's x_BusyGpuHours stays the base row's (the line's busy hours)
+        if name == HELD_IDLE:
+            row["x_BusyGpuHours"] = Decimal(0)
+            row["x_IdleGpuHours"] = quantity
+        else:
+            row["x_IdleGpuHours"] = Decimal(0)
         row["CapacityReservationId"] = f"reservation/{line['source_id']}"
         row["CapacityReservationStatus"] = "Unused" if name == HELD_IDLE else "Used"
     return row
