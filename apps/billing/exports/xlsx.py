@@ -77,12 +77,18 @@ class _Sheet:
         self.rows += 1
 
     def add(self, values: dict) -> None:
-        self._append(
-            [
-                self._cell(_xlsx_value(name, values[name]), number_format=self.formats.get(name))
-                for name in self.columns
-            ]
-        )
+        # A value of a column without a format goes in bare: openpyxl writes it as it would its
+        # cell, without first failing to take a cell as a value (most of its time per cell).
+        # Empty values stay cells, which it writes as empty elements where bare None is left out.
+        formats, cells = self.formats, []
+        for name in self.columns:
+            value = _xlsx_value(name, values[name])
+            number_format = formats.get(name)
+            if number_format is None and value is not None:
+                cells.append(value)
+            else:
+                cells.append(self._cell(value, number_format=number_format))
+        self._append(cells)
 
     def add_formula_row(self, label_column: str, formulas: dict[str, str]) -> None:
         cells = []
