@@ -142,12 +142,13 @@ class Holdings:
                     if e is not None and e < end:
                         events.append((e, -n))
         # Releases before takes at one instant: a booking ending at 10:00 and one starting then
-        # are never held together.
-        events.sort(key=lambda ev: (ev[0], ev[1]))
+        # are never held together (events are (instant, change) pairs: their own order).
+        events.sort()
         peak = current = 0
         for _, delta in events:
             current += delta
-            peak = max(peak, current)
+            if current > peak:
+                peak = current
         return peak
 
 
@@ -308,7 +309,11 @@ class QuotaRule:
             left = r.limit - (unit_held.get((r.unit, r.model), 0) if unit_held else 0)
             if unit_room is None or left < unit_room:
                 unit_room = left
-        within = self.room(team, model, held_model, held_all, guarantee=True)
+        within = None  # room(guarantee=True), without asking again
+        for r in rows:
+            left = r.guaranteed - (held_model if r.model is not None else held_all)
+            if within is None or left < within:
+                within = left
         return min(room, max(within, unit_room))
 
     def binding(self, team: str, model: str, held_model: int, held_all: int, *, guarantee=False):

@@ -41,17 +41,22 @@ class QuotaBook:
         # team -> its bookings (reservation id -> [start, end, model, GPUs])
         self.booked: dict[str, dict[int, list]] = {}
         self.later: set[str] = set()  # teams with a booking that starts after now
-        # team -> (model, guarantee) -> room: the scheduler asks for every candidate and
-        # victim, the answer changes only when the team takes or gives GPUs back.
-        self._room: dict[str, dict[tuple[str, bool], int]] = {}
+        # team -> model -> room up to its limits / within its guarantee: the scheduler asks
+        # for every candidate and victim, the answer changes only when the team takes or gives
+        # GPUs back or, up to its limits, when a team of its units does (units gate no
+        # guarantee).
+        self._room: dict[str, dict[str, int]] = {}
+        self._within: dict[str, dict[str, int]] = {}
         # team -> ((start, grace), its own bookings and running jobs as Holdings, memo of
         # (row, end) -> peak) for fits_window; a job the team starts is added to it, anything
         # else it takes or gives back drops it. Its units' rows read the units' own
         # (``_unit_window``), so another team's change leaves it.
         self._window: dict[str, tuple[tuple[float, float], Holdings, dict]] = {}
-        # team -> (start, grace, model, count, end, guarantee) -> fits_window's answer;
-        # dropped when the team or, with unit rows, a team of its units changes.
+        # team -> (start, grace, model, count, end, guarantee) -> fits_window's answer; in
+        # ``_unit_answers`` when a unit's row was read for it: dropped when a team of the unit
+        # changes. The others only when the team itself does.
         self._answers: dict[str, dict] = {}
+        self._unit_answers: dict[str, dict] = {}
 
     def shares(self, team: str) -> tuple[tuple, frozenset]:
         """The units above ``team`` with a quota row and the teams below them (whose room
@@ -79,7 +84,9 @@ class QuotaBook:
         used[(team, model)] += count
         used[(team, None)] += count
         self._room.pop(team, None)
+        self._within.pop(team, None)
         self._answers.pop(team, None)
+        self._unit_answers.pop(team, None)
         if run is None or not _add_run(self._window.get(team), run):
             self._window.pop(team, None)
         if self.rule.has_unit_rows:
@@ -90,8 +97,10 @@ class QuotaBook:
         used[(team, model)] -= count
         used[(team, None)] -= count
         self._room.pop(team, None)
+        self._within.pop(team, None)
         self._window.pop(team, None)
         self._answers.pop(team, None)
+        self._unit_answers.pop(team, None)
         if self.rule.has_unit_rows:
             self._unit_change(team, model, -count)
 
@@ -108,22 +117,23 @@ class QuotaBook:
             unit_used[(unit, None)] += delta
             if run is None or not _add_run(unit_window.get(unit), run):
                 unit_window.pop(unit, None)
-        room, answers = self._room, self._answers
+        room, answers = self._room, self._unit_answers
         for peer in peers:
             room.pop(peer, None)
             answers.pop(peer, None)
 
     def room(self, team: str, model: str, *, guarantee: bool) -> int:
         """GPUs of ``model`` the team may take now (within its guarantee when ``guarantee``)."""
-        known = self._room.get(team)
+        rooms = self._within if guarantee else self._room
+        known = rooms.get(team)
         if known is None:
-            known = self._room[team] = {}
+            known = rooms[team] = {}
         else:
-            room = known.get((model, guarantee))
+            room = known.get(model)
             if room is not None:
                 return room
         used = self.used
-        room = known[(model, guarantee)] = self.rule.room(
+        room = known[model] = self.rule.room(
             team,
             model,
             used[(team, model)],
@@ -157,6 +167,7 @@ class QuotaBook:
         """A booking's GPU: counted now while the booking is active, and by ``fits_window``."""
         self._window.pop(booking.team, None)
         self._answers.pop(booking.team, None)
+        self._unit_answers.pop(booking.team, None)
         spans = self.booked.setdefault(booking.team, {})
         span = spans.get(booking.reservation_id)
         if span is None:
@@ -175,7 +186,7 @@ class QuotaBook:
                 for unit in self.shares(booking.team)[0]:
                     self._unit_window.pop(unit, None)
                 for peer in self.shares(booking.team)[1]:
-                    self._answers.pop(peer, None)
+                    self._unit_answers.pop(peer, None)
 
     def fits_window(
         self,
@@ -192,14 +203,22 @@ class QuotaBook:
         running jobs (each held until its maximum runtime ends): the window the bookings'
         admission checks. Only teams with a booking ahead (``later``) need it; for the others
         the most they hold over any window is what they hold now."""
+        # Queued jobs repeat a few shapes and runtimes: each answer is worked out once.
+        question = (start, grace, model, count, end, guarantee)
         answers = self._answers.get(team)
         if answers is None:
             answers = self._answers[team] = {}
-        # Queued jobs repeat a few shapes and runtimes: each answer is worked out once.
-        question = (start, grace, model, count, end, guarantee)
-        answer = answers.get(question)
-        if answer is not None:
-            return answer
+        else:
+            answer = answers.get(question)
+            if answer is not None:
+                return answer
+        unit_answers = self._unit_answers.get(team)
+        if unit_answers is None:
+            unit_answers = self._unit_answers[team] = {}
+        else:
+            answer = unit_answers.get(question)
+            if answer is not None:
+                return answer
         cached = self._window.get(team)
         if cached is None or cached[0] != (start, grace):
             cached = self._window[team] = (
@@ -208,11 +227,14 @@ class QuotaBook:
                 {},
             )
         holdings, peaks = cached[1], cached[2]
+        read_units = False
 
         def held(row) -> int:
+            nonlocal read_units
             # Queued jobs share a few runtimes: a row's peak over [start, end) is swept once
             # (a unit row's once for all the unit's teams, over their holdings alone).
             if isinstance(row, UnitQuotaRow):
+                read_units = True
                 found = self._unit_window.get(row.unit)
                 if found is None or found[0] != (start, grace):
                     teams = self.rule.teams_under(row.unit)
@@ -231,7 +253,8 @@ class QuotaBook:
             return peak
 
         verdict = self.rule.verdict(team, model, count, held)
-        answer = answers[question] = verdict.admitted and not (guarantee and verdict.over_guarantee)
+        answer = verdict.admitted and not (guarantee and verdict.over_guarantee)
+        (unit_answers if read_units else answers)[question] = answer
         return answer
 
     def _holdings(self, teams, start: float, grace: float) -> Holdings:
