@@ -2,6 +2,7 @@
 
 from datetime import timedelta
 from decimal import Decimal
+from functools import cache
 
 import plotly.graph_objects as go
 from django.conf import settings
@@ -112,11 +113,17 @@ def _burn_down_owners(period, teams, group_units) -> list[tuple]:
     """What the burn-down draws a line for: (name, team ids, forecast at `now`) per team, or
     with `group_units` per unit (its teams together, `forecast.teams_forecast`), against the
     unit's budget only when all the unit's teams are in view: a reader who sees part of a unit
-    gets the part's spend and pace, not a budget that covers teams hidden from them."""
+    gets the part's spend and pace, not a budget that covers teams hidden from them. The
+    teams' charges are read once, by the first forecast drawn."""
+
+    @cache
+    def charges() -> dict:
+        return selectors.charged_by_team(period)
+
     if group_units is None:
         return [
             (team.slug, [team.pk], lambda now, team=team: forecast(team=team, period=period,
-                                                                   now=now))
+                                                                   now=now, charged=charges()))
             for team in teams
         ]  # fmt: skip
     tree = org_tree()
@@ -137,7 +144,9 @@ def _burn_down_owners(period, teams, group_units) -> list[tuple]:
         name = units[unit_id].name
 
         def outlook_of(now, ids=ids, budget=budget, name=name):
-            return teams_forecast(team_ids=ids, budget=budget, period=period, now=now, unit=name)
+            return teams_forecast(
+                team_ids=ids, budget=budget, period=period, now=now, unit=name, charged=charges()
+            )
 
         owners.append((name, ids, outlook_of))
     return sorted(owners, key=lambda owner: owner[0])

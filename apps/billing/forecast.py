@@ -199,12 +199,15 @@ def booked_by_day(
     return by_day
 
 
-def forecast(*, team, period: BillingPeriod, now: datetime, window_days: int | None = None):
-    """The team's month (see the module docstring)."""
+def forecast(
+    *, team, period: BillingPeriod, now: datetime, window_days: int | None = None, charged=None
+):
+    """The team's month (see the module docstring); `charged` (`selectors.charged_by_team`)
+    when already read."""
     budget = Budget.objects.filter(team=team, period_id=period.pk).first() if period.pk else None
     return teams_forecast(
         team_ids=[team.pk], budget=budget, period=period, now=now, window_days=window_days,
-        team=team.slug,
+        team=team.slug, charged=charged,
     )  # fmt: skip
 
 
