@@ -367,19 +367,49 @@ def _book(*, team, user, gpu_model, count, start, end, purpose, same_node, now) 
         over_quota=over_gpus > 0,
         status=ReservationStatus.ACTIVE if start <= now else ReservationStatus.SCHEDULED,
     )
-    picked = _pick(free, gpu_model=gpu_model, count=count, same_node=same_node)
     # The GPUs above the guarantee are the last picked: they are charged at the over-quota
     # multiplier, the others at list price.
-    holdings = ReservationGpu.objects.bulk_create(
-        ReservationGpu(
-            reservation=reservation,
-            gpu_id=g.id,
+    held = []
+    if connection.vendor == "postgresql":
+        held = free.hold_on_best_fitting_node(
+            count,
+            reservation_id=reservation.pk,
             start=start,
             end=end,
-            over_quota=index >= count - over_gpus,
+            guaranteed=count - over_gpus,
+            after_lock=_picking_lock(gpu_model),
         )
-        for index, g in enumerate(picked)
-    )
+    if held:
+        picked = [gpu for _, gpu in held]
+        holdings = [
+            ReservationGpu(
+                id=holding_id,
+                reservation=reservation,
+                gpu_id=gpu.id,
+                start=start,
+                end=end,
+                over_quota=index >= count - over_gpus,
+            )
+            for index, (holding_id, gpu) in enumerate(held)
+        ]
+    else:
+        picked = _pick(
+            free,
+            gpu_model=gpu_model,
+            count=count,
+            same_node=same_node,
+            no_node_fits=connection.vendor == "postgresql",
+        )
+        holdings = ReservationGpu.objects.bulk_create(
+            ReservationGpu(
+                reservation=reservation,
+                gpu_id=g.id,
+                start=start,
+                end=end,
+                over_quota=index >= count - over_gpus,
+            )
+            for index, g in enumerate(picked)
+        )
     # Integrations (Slurm) mirror the booking; a refusal rolls it back.
     hooks.emit("reservation.created", reservation=reservation)
     _keep_picked_gpus(reservation, holdings, picked, gpu_model)
@@ -402,11 +432,17 @@ def _keep_picked_gpus(reservation, holdings, picked: list[GpuInfo], gpu_model) -
     reservation.picked_holdings = holdings
 
 
-def _pick(free: picking.FreeGpus, *, gpu_model, count, same_node) -> list[GpuInfo]:
+def _pick(
+    free: picking.FreeGpus, *, gpu_model, count, same_node, no_node_fits: bool = False
+) -> list[GpuInfo]:
     """The GPUs to book, read in the same round trip as the picking lock when one node can
-    take the whole booking (the usual case); raises _TooFewFree with how many are free when
-    they are too few."""
-    candidates = free.on_best_fitting_node(count, after_lock=_picking_lock(gpu_model))
+    take the whole booking; raises _TooFewFree with how many are free when they are too few.
+    `no_node_fits`: the lock is held and no node has `count` free GPUs (PostgreSQL has tried
+    `hold_on_best_fitting_node`)."""
+    if no_node_fits:
+        candidates = []
+    else:
+        candidates = free.on_best_fitting_node(count, after_lock=_picking_lock(gpu_model))
     if len(candidates) < count and not same_node:
         candidates = free.all()
     picked = availability.pick_gpus(candidates, count, same_node=same_node)

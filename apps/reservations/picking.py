@@ -44,6 +44,37 @@ _BEST_FITTING_NODE = """
 """
 
 
+# On PostgreSQL the usual booking (one node takes it) picks and holds its GPUs in the statement
+# that reads them, right after the model's picking lock: the lock is then held over that one
+# round trip and the commit, not over the pick's rows travelling to Python, the pick there and
+# the holdings' INSERT. The pick is `pick_gpus` on one node written out: the smallest NVLink
+# domain of the node that holds `count` (then by name, as Python orders strings), else the
+# node; the GPUs by index. The GPUs past the first `keep` are above the guarantee.
+_PICK_AND_HOLD = """
+    WITH free AS ({free}),
+    cand AS (
+        SELECT * FROM free WHERE node_id = (
+            SELECT node_id FROM free GROUP BY node_id, hostname HAVING COUNT(*) >= %s
+            ORDER BY COUNT(*), hostname LIMIT 1)),
+    domain AS (
+        SELECT nvlink_domain FROM cand WHERE COALESCE(nvlink_domain, '') <> ''
+        GROUP BY nvlink_domain HAVING COUNT(*) >= %s
+        ORDER BY COUNT(*), nvlink_domain COLLATE "C" LIMIT 1),
+    picked AS (
+        SELECT cand.*, ROW_NUMBER() OVER (ORDER BY "index", id) AS place FROM cand
+        WHERE NOT EXISTS (SELECT 1 FROM domain)
+           OR nvlink_domain = (SELECT nvlink_domain FROM domain)
+        ORDER BY "index", id LIMIT %s),
+    held AS (
+        INSERT INTO reservations_reservationgpu
+            (reservation_id, gpu_id, start, "end", active, stranded, change_reason, over_quota)
+        SELECT %s, id, %s, %s, TRUE, FALSE, '', place > %s FROM picked
+        RETURNING id, gpu_id)
+    SELECT picked.id, hostname, "index", nvlink_domain, uuid, held.id
+    FROM picked JOIN held ON held.gpu_id = picked.id ORDER BY place
+"""
+
+
 def _free_gpus_sql(
     gpu_model: GpuModel, start: datetime, end: datetime, held_elsewhere
 ) -> tuple[str, list]:
@@ -67,6 +98,13 @@ def _free_gpus_sql(
 
 
 def _run(sql: str, params: list, *, after_lock: tuple[int, int] | None = None) -> list[GpuInfo]:
+    return [
+        GpuInfo(node=host, index=index, id=pk, nvlink_domain=domain or "", uuid=uuid)
+        for pk, host, index, domain, uuid, _ in _rows(sql, params, after_lock=after_lock)
+    ]
+
+
+def _rows(sql: str, params: list, *, after_lock: tuple[int, int] | None = None) -> list[tuple]:
     with connection.cursor() as cursor:
         if after_lock is None:
             cursor.execute(sql, params)
@@ -78,11 +116,7 @@ def _run(sql: str, params: list, *, after_lock: tuple[int, int] | None = None) -
             # the lock's previous holder committed). Client-side binding sends both at once.
             cursor.execute(f"SELECT pg_advisory_xact_lock(%s, %s); {sql}", [*after_lock, *params])
             cursor.nextset()
-        rows = cursor.fetchall()
-    return [
-        GpuInfo(node=host, index=index, id=pk, nvlink_domain=domain or "", uuid=uuid)
-        for pk, host, index, domain, uuid, _node_id in rows
-    ]
+        return cursor.fetchall()
 
 
 @dataclass(frozen=True)
@@ -112,6 +146,32 @@ class FreeGpus:
             [*self.params, count],
             after_lock=after_lock,
         )
+
+    def hold_on_best_fitting_node(
+        self,
+        count: int,
+        *,
+        reservation_id: int,
+        start: datetime,
+        end: datetime,
+        guaranteed: int,
+        after_lock: tuple[int, int] | None = None,
+    ) -> list[tuple[int, GpuInfo]]:
+        """PostgreSQL: pick `count` GPUs on the node `on_best_fitting_node` names, as
+        `pick_gpus` over its free GPUs would, and hold them for the booking over [start, end)
+        in the same statement (the first `guaranteed` at list price, the rest over quota).
+        Returns (holding id, GPU) in pick order; empty, holding nothing, when no node has
+        `count` free GPUs."""
+        params = [*self.params, count, count, count, reservation_id, start, end, guaranteed]
+        return [
+            (
+                holding_id,
+                GpuInfo(node=host, index=index, id=pk, nvlink_domain=domain or "", uuid=uuid),
+            )
+            for pk, host, index, domain, uuid, holding_id in _rows(
+                _PICK_AND_HOLD.format(free=self.sql), params, after_lock=after_lock
+            )
+        ]
 
     def all(self) -> list[GpuInfo]:
         """Every free GPU, for bookings no single node can take."""

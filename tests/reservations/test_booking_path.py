@@ -12,7 +12,6 @@ from apps.fleet.models import Gpu, MaintenanceWindow, Node
 from apps.jobs.choices import JobStatus
 from apps.jobs.models import JobAllocation
 from apps.reservations import availability, picking, selectors
-from apps.reservations.availability import GpuInfo
 from apps.reservations.holdings import held_outside_bookings
 from apps.reservations.models import ReservationGpu
 from tests.conftest import client_for
@@ -26,9 +25,9 @@ URL = "/api/v1/reservations/"
 # rows locked, the units' quota rows locked (none here: no tree read), running jobs of the team
 # or the model (read once: the quota counts the team's, the pick skips the model's), the team's
 # holdings, the budget's period, the powered-down nodes ready by the start, the booking's row,
-# the picking lock with the pick, the holdings, commit; the reply's figures (its GPUs are the
-# ones the pick read).
-QUERIES_PER_BOOKING = 14
+# the picking lock with the pick and its holdings (one statement), commit; the reply's figures
+# (its GPUs are the ones the pick read).
+QUERIES_PER_BOOKING = 13
 
 
 @pytest.mark.parametrize("nodes", [2, 12])
@@ -125,16 +124,21 @@ def test_a_lost_race_on_the_exclusion_constraint_is_rolled_back_and_booked_again
         team=team, user=member, gpu_model=h100, count=1, start=tomorrow_9, end=end
     )
     taken_gpu = taken.holdings.get().gpu
-    real_pick = picking.FreeGpus.on_best_fitting_node
+    real_hold = picking.FreeGpus.hold_on_best_fitting_node
     calls = []
 
-    def stale_pick(free, count, **kwargs):
+    def stale_hold(free, count, **kwargs):
         calls.append(count)
-        if len(calls) == 1:  # as read before the other writer committed
-            return [GpuInfo(node=taken_gpu.node.hostname, index=taken_gpu.index, id=taken_gpu.pk)]
-        return real_pick(free, count, **kwargs)
+        if len(calls) == 1:  # as picked before the other writer committed
+            ReservationGpu.objects.create(
+                reservation_id=kwargs["reservation_id"],
+                gpu=taken_gpu,
+                start=kwargs["start"],
+                end=kwargs["end"],
+            )
+        return real_hold(free, count, **kwargs)
 
-    monkeypatch.setattr(picking.FreeGpus, "on_best_fitting_node", stale_pick)
+    monkeypatch.setattr(picking.FreeGpus, "hold_on_best_fitting_node", stale_hold)
     second = reservation_create(
         team=team, user=member, gpu_model=h100, count=1, start=tomorrow_9, end=end
     )
@@ -212,6 +216,50 @@ def test_the_one_query_pick_books_what_a_pick_over_every_free_gpu_would(
     picked = availability.pick_gpus(candidates, count, same_node=same_node)
     assert picked == availability.pick_gpus(every_free, count, same_node=same_node)
     assert len(picked) == count
+
+
+@pytest.mark.parametrize(("count", "node"), [(1, "h100-f"), (4, "h100-f"), (5, "h100-a")])
+def test_the_pick_in_the_holdings_insert_holds_what_a_pick_over_every_free_gpu_would(
+    messy_fleet, team, member, h100, count, node
+):
+    start, end = messy_fleet
+    held = _held_by_jobs(h100, messy_fleet)
+    every_free = selectors.schedulable_gpus(gpu_model=h100, free_from=start, free_until=end)
+    reservation = ReservationFactory(
+        team=team, created_by=member, gpu_model=h100, count=count, start=start, end=end
+    )
+    free = picking.FreeGpus.of(gpu_model=h100, start=start, end=end, held_elsewhere=held)
+    held_now = free.hold_on_best_fitting_node(
+        count, reservation_id=reservation.pk, start=start, end=end, guaranteed=count - 1
+    )
+    picked = [gpu for _, gpu in held_now]
+    assert picked == availability.pick_gpus(every_free, count, same_node=False)
+    assert {g.node for g in picked} == {node}
+    rows = {h.pk: h for h in ReservationGpu.objects.filter(reservation=reservation)}
+    assert sorted(rows) == sorted(pk for pk, _ in held_now)
+    for place, (pk, gpu) in enumerate(held_now):
+        row = rows[pk]
+        assert (row.gpu_id, row.start, row.end, row.active) == (gpu.id, start, end, True)
+        assert row.over_quota == (place == count - 1)  # the last one is above the guarantee
+
+
+def test_the_pick_in_the_holdings_insert_holds_nothing_when_no_node_fits(
+    messy_fleet, team, member, h100
+):
+    start, end = messy_fleet
+    reservation = ReservationFactory(
+        team=team, created_by=member, gpu_model=h100, count=9, start=start, end=end
+    )
+    free = picking.FreeGpus.of(
+        gpu_model=h100, start=start, end=end, held_elsewhere=_held_by_jobs(h100, messy_fleet)
+    )
+    assert (
+        free.hold_on_best_fitting_node(
+            9, reservation_id=reservation.pk, start=start, end=end, guaranteed=9
+        )
+        == []
+    )
+    assert not ReservationGpu.objects.filter(reservation=reservation).exists()
 
 
 def test_free_gpus_per_node_and_no_candidates_when_no_node_fits(messy_fleet, h100):
