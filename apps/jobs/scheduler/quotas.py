@@ -234,6 +234,10 @@ class QuotaBook:
             # Queued jobs share a few runtimes: a row's peak over [start, end) is swept once
             # (a unit row's once for all the unit's teams, over their holdings alone).
             if isinstance(row, UnitQuotaRow):
+                if guarantee:
+                    # A unit's row is read only for GPUs over the team's guarantee: the
+                    # answer within the guarantee is no, whatever the unit holds.
+                    return 0
                 read_units = True
                 found = self._unit_window.get(row.unit)
                 if found is None or found[0] != (start, grace):
