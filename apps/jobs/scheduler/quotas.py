@@ -87,8 +87,12 @@ class QuotaBook:
         self._within.pop(team, None)
         self._answers.pop(team, None)
         self._unit_answers.pop(team, None)
-        if run is None or not _add_run(self._window.get(team), run):
-            self._window.pop(team, None)
+        window = self._window.get(team)
+        if window is not None:
+            if run is None:
+                del self._window[team]
+            else:
+                _add_run(window, run)
         if self.rule.has_unit_rows:
             self._unit_change(team, model, count, run)
 
@@ -115,8 +119,12 @@ class QuotaBook:
         for unit in units:
             unit_used[(unit, model)] += delta
             unit_used[(unit, None)] += delta
-            if run is None or not _add_run(unit_window.get(unit), run):
-                unit_window.pop(unit, None)
+            window = unit_window.get(unit)
+            if window is not None:
+                if run is None:
+                    del unit_window[unit]
+                else:
+                    _add_run(window, run)
         room, answers = self._room, self._unit_answers
         for peer in peers:
             room.pop(peer, None)
@@ -275,13 +283,11 @@ class QuotaBook:
         return holdings
 
 
-def _add_run(window, run: RunningJob) -> bool:
-    """Adds a job that starts to a window's holdings (``fits_window``); False when there is
-    none to add it to. A peak swept before stays right without a new sweep where the job
-    holds its GPUs over the whole window (it adds its GPUs to every instant of it) or is of
-    another model than the row's; the others are swept again when next asked."""
-    if window is None:
-        return False
+def _add_run(window: tuple, run: RunningJob) -> None:
+    """Adds a job that starts to a window's holdings (``fits_window``). A peak swept before
+    stays right without a new sweep where the job holds its GPUs over the whole window (it
+    adds its GPUs to every instant of it) or is of another model than the row's; the others
+    are swept again when next asked."""
     (start, grace), holdings, peaks = window
     ends = job_held_until(run.started_at + run.max_runtime, start, grace)
     count = len(run.gpu_ids)
@@ -295,4 +301,3 @@ def _add_run(window, run: RunningJob) -> bool:
             peaks[key] += count
         else:
             del peaks[key]
-    return True
