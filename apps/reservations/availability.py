@@ -190,26 +190,6 @@ def feasible_starts(
     return _feasible_starts(intervals, duration=duration, after=after, horizon=horizon, slot=slot)
 
 
-def starts_in_gaps(
-    gaps: Iterable[tuple[int | None, int | None]],
-    *,
-    duration: int,
-    after: int,
-    horizon: int,
-    slot: int,
-) -> list[tuple[int, int]]:
-    """`feasible_starts` from the free gaps between one GPU's busy intervals instead of the
-    intervals: each gap (free from, busy again at) is free from `after` when its start is None
-    and free for ever when its end is None. In order and disjoint when the gaps are."""
-    ranges = []
-    for gap_from, gap_until in sorted(gaps, key=lambda gap: after if gap[0] is None else gap[0]):
-        lo = after if gap_from is None or gap_from < after else -(-gap_from // slot) * slot
-        hi = horizon if gap_until is None else min((gap_until - duration) // slot * slot, horizon)
-        if lo <= hi:
-            ranges.append((lo, hi))
-    return ranges
-
-
 def intersect_starts(
     first: Sequence[tuple[int, int]], second: Sequence[tuple[int, int]]
 ) -> list[tuple[int, int]]:

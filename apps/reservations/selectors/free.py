@@ -164,10 +164,10 @@ def busy_intervals(
 
 # The free gaps between each GPU's booking holdings over a window, for the search: the database
 # orders the holdings and keeps only the gaps at least as long as the booking, so the search
-# reads a row per such gap and one per GPU (its last end), not one per holding. Over the
-# holdings' (gpu_id, start_s, end_s) query; `before` is the latest end of the GPU's earlier
-# holdings (NULL for its first), so overlapping intervals are merged. Window functions run on
-# PostgreSQL and SQLite alike.
+# reads a row per such gap and one per GPU (its last end, free from there on), not one per
+# holding, in order. Over the holdings' (gpu_id, start_s, end_s) query (all ending after the
+# window's start); `before` is the latest end of the GPU's earlier holdings (NULL for its
+# first), so overlapping intervals are merged. Window functions run on PostgreSQL and SQLite.
 FREE_GAPS_SQL = """
 WITH h (gpu_id, s, e) AS ({holdings}),
 ordered AS (
@@ -175,11 +175,16 @@ ordered AS (
         PARTITION BY gpu_id ORDER BY s, e ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
     ) AS before
     FROM h
+),
+gaps (gpu_id, gap_from, gap_until) AS (
+    SELECT gpu_id, CASE WHEN before IS NULL OR before < %s THEN %s ELSE before END, s
+    FROM ordered
+    UNION ALL
+    SELECT gpu_id, MAX(e), NULL FROM h GROUP BY gpu_id
 )
-SELECT gpu_id, before, s FROM ordered
-WHERE s - (CASE WHEN before IS NULL OR before < %s THEN %s ELSE before END) >= %s
-UNION ALL
-SELECT gpu_id, MAX(e), NULL FROM h GROUP BY gpu_id
+SELECT gpu_id, gap_from, gap_until FROM gaps
+WHERE gap_until IS NULL OR gap_until - gap_from >= %s
+ORDER BY gpu_id, gap_from
 """
 
 
@@ -201,20 +206,20 @@ def booking_free_starts(
     with connection.cursor() as cursor:
         cursor.execute(FREE_GAPS_SQL.format(holdings=sql), (*params, after, after, duration))
         rows = cursor.fetchall()
-    gaps: dict[int, list[tuple[int | None, int | None]]] = defaultdict(list)
+    # Each gap [gap_from, gap_until) (None: for ever) as grid starts, written out rather than
+    # called: there are tens of thousands at 10,000 GPUs. A GPU with holdings and no gap long
+    # enough has no starts; one without holdings can start any time.
+    starts: dict[int, list[tuple[int, int]]] = {}
     for gpu_id, gap_from, gap_until in rows:
-        gaps[gpu_id].append((gap_from, gap_until))
+        ranges = starts.get(gpu_id)
+        if ranges is None:
+            ranges = starts[gpu_id] = []
+        lo = -(-gap_from // slot) * slot
+        hi = horizon if gap_until is None else min((gap_until - duration) // slot * slot, horizon)
+        if lo <= hi:
+            ranges.append((lo, hi))
     always = [(after, horizon)]
-    return {
-        gpu_id: (
-            availability.starts_in_gaps(
-                gaps[gpu_id], duration=duration, after=after, horizon=horizon, slot=slot
-            )
-            if gpu_id in gaps
-            else always
-        )
-        for gpu_id in gpu_ids
-    }
+    return {gpu_id: starts.get(gpu_id, always) for gpu_id in gpu_ids}
 
 
 @dataclass(frozen=True)
