@@ -104,3 +104,47 @@ def test_home_spend_is_the_statements_running_total_cents(member, team, other_te
     assert 'data-testid="home-spend">0.01 USD</strong>' in home(member)
     assert forecast(team=team, period=period, now=now).spent == Decimal("0.01")
     assert teams_spend(team_ids=[team.pk, other_team.pk], period=period) == Decimal("0.01")
+
+
+def test_unit_admin_home_shows_their_units_teams_and_spend(team, other_team, platform_admin):
+    """A unit admin in no team sees their unit, the teams below it and the unit's spend (the
+    sum of the teams' charges), not "you are not in any team yet"; an unrelated unit's
+    teams stay off their page."""
+    from datetime import UTC, datetime, time
+    from decimal import Decimal
+
+    from apps.billing.choices import ChargeSource
+    from apps.billing.models import BillingPeriod, LedgerEntry
+    from apps.billing.periods import month_start
+    from apps.teams.models import ROOT_UNIT_SLUG, OrgUnit
+    from apps.teams.services import team_move, unit_admin_add, unit_create
+    from tests.factories import TeamFactory, UserFactory
+
+    root = OrgUnit.objects.get(slug=ROOT_UNIT_SLUG)
+    research = unit_create(slug="research", name="Research", parent=root, actor=platform_admin)
+    unit_create(slug="ops", name="Operations", parent=root, actor=platform_admin)
+    for moved in (team, other_team):
+        team_move(team=moved, unit=research, actor=platform_admin)
+    outside = TeamFactory(slug="robotics")
+    rita = UserFactory(username="rita")
+    unit_admin_add(unit=research, user=rita, actor=platform_admin)
+    now = timezone.now()
+    period = BillingPeriod.objects.get_or_create(month=month_start(now))[0]
+    moment = datetime.combine(month_start(now), time(), tzinfo=UTC)
+    for index, (charged, cost) in enumerate(
+        ((team, "10.004"), (other_team, "5.004"), (outside, "99.00"))
+    ):
+        LedgerEntry.objects.create(
+            period=period, team=charged, source=ChargeSource.JOB, source_id=index + 1,
+            slice_start=moment, slice_end=moment + timedelta(minutes=1), gpu_seconds=60,
+            gpu_cost=Decimal(cost), cost=Decimal(cost),
+        )  # fmt: skip
+    html = home(rita)
+    card = html.split('data-testid="home-unit-research"', 1)[1].split("</section>", 1)[0]
+    assert "Organisation / Research" in card
+    assert f">{other_team.name}</a>, <a" in card and f">{team.name}</a></p>" in card
+    # nlp 5.00 (5.004 rounded), then vision 10.01 (15.008 rounded less 5.00): 15.01 together.
+    assert 'data-testid="home-unit-spend">15.01 USD</strong>' in card
+    assert "robotics" not in html and "home-unit-ops" not in html
+    assert "You are not in any team yet" not in html
+    assert 'href="/teams/units/research/"' in html

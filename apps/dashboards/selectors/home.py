@@ -16,7 +16,8 @@ from apps.jobs.choices import WAITING_STATUSES, JobStatus
 from apps.jobs.models import Job
 from apps.reservations.choices import OPEN_STATUSES
 from apps.reservations.models import Reservation
-from apps.teams.models import Quota, Team
+from apps.teams.models import OrgUnit, Quota, Team
+from apps.teams.selectors import org_tree, unit_path_label
 
 
 def home_summary(user, *, now: datetime | None = None) -> dict:
@@ -57,7 +58,7 @@ def home_summary(user, *, now: datetime | None = None) -> dict:
         }
         for t in own
     ]
-    summary = {"teams": teams}
+    summary = {"teams": teams, "units": _admin_units(user, charged)}
     if user.is_platform_admin:
         filters = parse_filters({}, user, now=now)
         counts = gpu_state_counts(filters, now=now)
@@ -68,3 +69,23 @@ def home_summary(user, *, now: datetime | None = None) -> dict:
             row for row in quota_pressure(filters, now=now) if row["waiting"] or row["held"]
         ]
     return summary
+
+
+def _admin_units(user, charged: dict) -> list[dict]:
+    """The units the user administers, each with the teams below it and their spend this
+    month together (the sum of the teams' charges, as the cost page by unit shows it)."""
+    units = list(OrgUnit.objects.filter(memberships__user=user).order_by("name"))
+    if not units:
+        return []
+    tree = org_tree()
+    below = {unit.pk: tree.teams_under(unit.pk) for unit in units}
+    teams = Team.objects.filter(pk__in=set().union(*below.values())).order_by("slug")
+    return [
+        {
+            "unit": unit,
+            "path": unit_path_label(unit, tree=tree),
+            "teams": [team for team in teams if team.pk in below[unit.pk]],
+            "spend": sum((charged.get(pk, Decimal(0)) for pk in below[unit.pk]), Decimal(0)),
+        }
+        for unit in units
+    ]
