@@ -21,16 +21,7 @@ class DrainMixin:
         gives them back)."""
         withheld: list[int] = []
         taken: set[str] = set()
-        for team in sorted(self.buckets):
-            if self._caps(team, GUARANTEE) is None:
-                continue
-            cand = self._drain_cands.get(team, False)
-            if cand is False:
-                cand = self._candidate(team, GUARANTEE, fitting=False)
-                if team not in self.quotas.later:
-                    self._drain_cands[team] = cand
-            if cand is None:
-                continue
+        for team, cand in self._drain_candidates():
             ids = self._drain_ids(team, cand, taken)
             if ids:
                 self.pool.take(ids)
@@ -41,6 +32,15 @@ class DrainMixin:
         """The nodes ``_drain`` would drain now for jobs that need one whole node, without
         holding anything back: the guarantee pass places other work elsewhere when it can."""
         taken: set[str] = set()
+        for team, cand in self._drain_candidates():
+            if cand.job.same_node:
+                self._drain_ids(team, cand, taken)
+        return frozenset(taken)
+
+    def _drain_candidates(self):
+        """(team, its oldest job within its guarantee that does not fit the free GPUs), team
+        by team, each found when its turn comes (after the teams before it took their GPUs) and
+        kept for the cycle unless the team's quota changes later in it."""
         for team in sorted(self.buckets):
             if self._caps(team, GUARANTEE) is None:
                 continue
@@ -49,9 +49,8 @@ class DrainMixin:
                 cand = self._candidate(team, GUARANTEE, fitting=False)
                 if team not in self.quotas.later:
                     self._drain_cands[team] = cand
-            if cand is not None and cand.job.same_node:
-                self._drain_ids(team, cand, taken)
-        return frozenset(taken)
+            if cand is not None:
+                yield team, cand
 
     def _drain_ids(self, team: str, cand: Candidate, taken: set[str]) -> list[int]:
         """The free GPUs to hold back for ``cand`` (none when it fits now). A job that needs
