@@ -130,12 +130,12 @@ class Forecast:
         }
 
 
-def daily_charges(*, team=None, team_ids=None, start: date, end: date) -> list[Decimal]:
-    """The team's (or these teams' together) usage charges per UTC day over [start, end), zero
-    for days without any."""
+def daily_charges(*, team_ids, start: date, end: date) -> list[Decimal]:
+    """These teams' usage charges together per UTC day over [start, end), zero for days
+    without any."""
     rows = (
         LedgerEntry.objects.filter(
-            team_id__in=[team.pk] if team is not None else list(team_ids),
+            team_id__in=list(team_ids),
             slice_start__gte=datetime.combine(start, datetime.min.time(), UTC),
             slice_start__lt=datetime.combine(end, datetime.min.time(), UTC),
         )
@@ -163,15 +163,13 @@ def run_rate(daily: list[Decimal]) -> tuple[Decimal, Decimal, Decimal]:
 
 
 def booked_by_day(
-    *, team=None, team_ids=None, since: datetime, until: datetime, now: datetime
+    *, team_ids, since: datetime, until: datetime, now: datetime
 ) -> dict[date, Decimal]:
-    """What the team's (or these teams') bookings will cost per UTC day over [since, until),
-    exact, priced as they will be charged (each GPU above the guarantee at the over-quota
-    multiplier)."""
-    ids = [team.pk] if team is not None else list(team_ids)
+    """What these teams' bookings will cost per UTC day over [since, until), exact, priced as
+    they will be charged (each GPU above the guarantee at the over-quota multiplier)."""
     holdings = (
         bookings_holding(since, until)
-        .filter(reservation__team_id__in=ids)
+        .filter(reservation__team_id__in=list(team_ids))
         .select_related("gpu__model")
     )
     rates = RateBook(start=since, end=until)

@@ -7,7 +7,7 @@ from django.db.models import F, Q, QuerySet
 from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
-from apps.billing.choices import PLATFORM_COST_CENTER, ChargeSource
+from apps.billing.choices import PLATFORM_COST_CENTER
 from apps.billing.models import BillingPeriod, Budget, BudgetAlert, LedgerEntry, RateCard
 from apps.billing.money import ExactSum
 from apps.billing.periods import add_months, month_bounds
@@ -15,13 +15,6 @@ from apps.billing.pricing import RateBook, energy_per_gpu_hour, price_holding
 from apps.reservations.holdings import bookings_holding
 from apps.teams.org_tree import OrgTree
 from apps.teams.selectors import org_tree
-
-
-def rate_cards_in_force(*, start: datetime, end: datetime) -> QuerySet[RateCard]:
-    """Rate cards of any model whose validity overlaps [start, end)."""
-    return RateCard.objects.filter(
-        Q(effective_to__isnull=True) | Q(effective_to__gt=start), effective_from__lt=end
-    ).select_related("gpu_model")
 
 
 def rate_card_at(*, gpu_model_name: str, at: datetime) -> RateCard | None:
@@ -72,29 +65,6 @@ def charged_by_team(period: BillingPeriod | None) -> dict[int | None, Decimal]:
         charged[row["team_id"]] = cents(before + exact) - cents(before)
         before += exact
     return charged
-
-
-def team_spend(*, team, period: BillingPeriod | None) -> Decimal:
-    """Everything charged to the team in the period so far (usage and adjustments), in cents
-    as the statement shows it (`charged_by_team`)."""
-    return charged_by_team(period).get(team.pk, Decimal(0))
-
-
-def usage_totals(period: BillingPeriod) -> dict:
-    """Ledger totals of a period: per source kind, and overall (exact, unrounded)."""
-    rows = ledger_for_period(period).values("source").annotate(total=ExactSum("cost"))
-    by_source = {row["source"]: row["total"] or Decimal(0) for row in rows}
-    return {
-        "by_source": by_source,
-        "total": sum(by_source.values(), Decimal(0)),
-        "platform_idle": by_source.get(ChargeSource.UNALLOCATED, Decimal(0)),
-    }
-
-
-def budget_for(*, team, period: BillingPeriod | None) -> Budget | None:
-    if period is None:
-        return None
-    return Budget.objects.filter(team=team, period_id=period.pk).first()
 
 
 # The unit and every unit above it, as a subquery (the depth bound stops a cycle, which the
@@ -161,14 +131,14 @@ def burn_down(*, team, period: BillingPeriod, now: datetime) -> dict:
     return forecast(team=team, period=period, now=now).as_dict()
 
 
-def daily_spend(*, team=None, team_ids=None, period: BillingPeriod) -> list[tuple]:
-    """(day, cost) of a team's (or these teams' together) ledger in the period, for the
-    burn-down chart; days are the reader's (the current zone's)."""
+def daily_spend(*, team_ids, period: BillingPeriod) -> list[tuple]:
+    """(day, cost) of these teams' ledger together in the period, for the burn-down chart;
+    days are the reader's (the current zone's)."""
     from django.db.models.functions import TruncDate
 
     rows = (
         ledger_for_period(period)
-        .filter(team_id__in=[team.pk] if team is not None else list(team_ids))
+        .filter(team_id__in=list(team_ids))
         .annotate(day=TruncDate("slice_start", tzinfo=timezone.get_current_timezone()))
         .values("day")
         .annotate(total=ExactSum("cost"))

@@ -78,13 +78,6 @@ def unit_path_label_from(tree: OrgTree, unit_id: int, *, names: dict | None = No
     return " / ".join(names[pk] for pk in path)
 
 
-def unit_slug_path(tree: OrgTree, unit_id: int | None, slugs: dict) -> str:
-    """ "organisation/research": the unit's path by slugs, as FOCUS tags and exports carry it."""
-    if unit_id is None:
-        return ""
-    return "/".join(slugs[pk] for pk in tree.path(unit_id))
-
-
 NO_UNIT = {"unit_path": "", "unit_cost_center": "", "unit_label": ""}
 
 

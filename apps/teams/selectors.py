@@ -352,12 +352,6 @@ class UnitScope:
             return None
         return {slug: unit.name for slug, unit in self.group_units.items()}
 
-    def group_name(self, team_slug: str) -> str:
-        """The label a team's figures go under: its group's name, or its slug by team."""
-        if self.group_units is None or team_slug not in self.group_units:
-            return team_slug
-        return self.group_units[team_slug].name
-
 
 def unit_scope(*, user, unit_slug: str = "", team_slug: str = "", group: str = "team") -> UnitScope:
     """Which teams a unit (and team) filter leaves in view for the user, and with

@@ -80,9 +80,14 @@ def test_burn_down_reads_dates_under_the_spend_panel_too(november_with_budget, t
 def test_burn_down_days_are_the_readers(november, team):
     # The booking ran Nov 5 00:00-06:00 UTC: Nov 4 19:00 to Nov 5 01:00 in New York.
     with in_zone("America/New_York"):
-        days = [(day.isoformat(), total) for day, total in daily_spend(team=team, period=november)]
+        days = [
+            (day.isoformat(), total)
+            for day, total in daily_spend(team_ids=[team.pk], period=november)
+        ]
     assert days == [("2026-11-04", Decimal("12.50")), ("2026-11-05", Decimal("2.50"))]
-    days = [(day.isoformat(), total) for day, total in daily_spend(team=team, period=november)]
+    days = [
+        (day.isoformat(), total) for day, total in daily_spend(team_ids=[team.pk], period=november)
+    ]
     assert days == [("2026-11-05", Decimal("15.00"))]
 
 
