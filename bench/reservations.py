@@ -4,10 +4,19 @@
     that computes the same earliest slot, and vs the search it replaced (every holding loaded
     into Python; tests/reservations/loaded_search.py), run in turn. Target: under 50 ms per
     query.
-(b) booking throughput through the real API (gunicorn, PostgreSQL, 16 concurrent clients) vs a
-    bare Django view doing one INSERT. Target: at least 100 bookings/s on 2 cores.
+(b) booking throughput through the real API (gunicorn, PostgreSQL, 16 concurrent clients, each
+    its own team with a named API token) vs a bare Django view doing one INSERT. Target: at
+    least 0.3x the bare view's throughput, p95 under 100 ms. The server runs as gunicorn
+    advises for its default sync workers (2 per core plus one); --workers and --threads
+    (gthread) change it. Threads share a process's interpreter lock: a booking holding the
+    model's picking lock waits for the lock's release behind its process's other requests.
+(c) with --profile N: N bookings and N bare-view requests in this process through the whole
+    stack (middleware, DRF, the service), CPU per request of each (the measure a loaded
+    machine sways least), the queries of one booking, then the bookings under cProfile by
+    stage (authentication, throttle, input, the transaction and its parts, reply).
 
-Run: .venv/bin/python bench/reservations.py [--gpus N] [--skip-http]
+Run: .venv/bin/python bench/reservations.py [--gpus N] [--skip-search] [--skip-http]
+        [--profile N] [--requests N] [--workers N] [--threads N]
 --gpus: the fleet's size (default 1,000); bookings scale with it (20 per GPU).
 Uses the PostgreSQL database in DATABASE_URL (default portal_bench, created and rebuilt).
 """
@@ -256,25 +265,134 @@ def run_clients(url, make_body, headers_per_client, total):
     }
 
 
-def bench_http(model, now, total=1200):
-    from rest_framework.authtoken.models import Token
-
+def make_clients(model):
+    """One team, user and API token per client, as many teams booking at once would; and the
+    bare view's table. Returns the clients' headers."""
+    from apps.teams.choices import ApiTokenScope
     from apps.teams.models import Membership, Quota, Team, User
+    from apps.teams.tokens import api_token_create
 
-    # One team and user per client, as many teams booking at once would.
-    tokens = []
+    headers = []
     for i in range(HTTP_CLIENTS):
         team = Team.objects.create(slug=f"client-{i}", name=f"Client {i}")
         user = User.objects.create(username=f"client-{i}")
         Membership.objects.create(team=team, user=user)
         Quota.objects.create(team=team, gpu_model=model, guaranteed=0, limit=GPUS)
-        tokens.append(Token.objects.create(user=user).key)
+        _, key = api_token_create(
+            user=user, name="bench", scope=ApiTokenScope.READ_WRITE, expires_in_days=7
+        )
+        headers.append({"Authorization": f"Token {key}", "X-Team": team.slug})
     with connection.cursor() as cursor:
         cursor.execute(
             "CREATE TABLE IF NOT EXISTS bench_bare_insert (id bigserial PRIMARY KEY, payload text)"
         )
+    return headers
+
+
+def booking_body(base):
+    """The i-th request's booking: 1 GPU for 15 minutes, 900 requests per slot of the 1,000
+    GPUs from `base` on, so that no request fails for lack of capacity."""
+    slot = timedelta(minutes=15)
+
+    def body(i):
+        return {
+            "team": None,  # filled in with the client's own team
+            "gpu_model": "H100-SXM-80GB",
+            "count": 1,
+            "start": (base + (i // 900) * slot).isoformat(),
+            "duration": "00:15:00",
+        }
+
+    return body
+
+
+# Where a booking request's time goes, in the order a request passes them: (label, function);
+# each stage's time is its function's cumulative time in the profile, less the stages inside it.
+PROFILE_STAGES = (
+    ("whole request", "django/core/handlers/base.py", "get_response"),
+    ("  DRF dispatch", "rest_framework/views.py", "dispatch"),
+    ("    authentication", "rest_framework/views.py", "perform_authentication"),
+    ("    throttle", "rest_framework/views.py", "check_throttles"),
+    ("    input serializer", "rest_framework/serializers.py", "is_valid"),
+    ("    reservation_create", "apps/reservations/booking.py", "reservation_create"),
+    ("      transaction (_book)", "apps/reservations/booking.py", "_book"),
+    ("        quota check", "apps/reservations/booking.py", "check_quota"),
+    ("        budget check", "apps/reservations/policy.py", "budget_check"),
+    ("        free GPUs' SQL", "apps/reservations/picking.py", "of"),
+    ("        pick and hold", "apps/reservations/picking.py", "hold_on_best_fitting_node"),
+    ("    reply figures", "apps/reservations/selectors/bookings.py", "with_figures"),
+    ("    reply serializer", "rest_framework/serializers.py", "data"),
+    ("  rendering", "rest_framework/response.py", "rendered_content"),
+    ("  database calls", "django/db/backends/utils.py", "_execute"),
+)
+
+
+def bench_profile(headers, base, total):
+    """`total` bookings in this process through the whole stack (middleware, DRF, the
+    service; no HTTP server), the bare view's request beside them: CPU per request of each,
+    then the bookings once more under cProfile, by stage."""
+    import cProfile
+    import json
+    import pstats
+
+    from django.test import Client
+    from django.test.utils import CaptureQueriesContext
+
+    body = booking_body(base)
+    clients = [
+        Client(HTTP_AUTHORIZATION=h["Authorization"], HTTP_HOST="127.0.0.1") for h in headers
+    ]
+
+    def book(i):
+        data = {**body(i), "team": headers[i % len(headers)]["X-Team"]}
+        response = clients[i % len(clients)].post(
+            "/api/v1/reservations/", json.dumps(data), content_type="application/json"
+        )
+        assert response.status_code == 201, response.content
+
+    def bare(i):
+        response = clients[i % len(clients)].post(
+            "/bench/bare-insert/", json.dumps({"i": i}), content_type="application/json"
+        )
+        assert response.status_code == 201, response.content
+
+    for i in range(len(clients)):  # warm up: connections, caches, imports
+        book(i)
+        bare(i)
+    with CaptureQueriesContext(connection) as captured:
+        book(len(clients))
+    print(f"\n(c) one booking in process: {len(captured.captured_queries)} queries")
+    for query in captured.captured_queries:
+        print(f"    {query['sql'][:110]}")
+    done = len(clients) + 1
+    print(f"{'path':28} {'CPU ms':>8} {'wall ms':>8}  ({total} requests, no profiler)")
+    for label, fn in (("POST /api/v1/reservations/", book), ("bare view, one INSERT", bare)):
+        t0, c0 = time.perf_counter(), time.process_time()
+        for i in range(done, done + total):
+            fn(i)
+        cpu, wall = time.process_time() - c0, time.perf_counter() - t0
+        print(f"{label:28} {cpu * 1000 / total:8.2f} {wall * 1000 / total:8.2f}")
+    done += total
+    profile = cProfile.Profile(time.process_time)
+    profile.runcall(lambda: [book(i) for i in range(done, done + total)])
+    stats = pstats.Stats(profile).stats
+    print("\nunder cProfile (CPU time, inflated by the profiler), per booking:")
+    for label, path, name in PROFILE_STAGES:
+        cumulative = sum(
+            cum
+            for (file, _, func), (_, _, _, cum, _) in stats.items()
+            if func == name and file.endswith(path)
+        )
+        print(f"{label:30} {cumulative * 1000 / total:8.2f} ms")
+    pstats.Stats(profile).sort_stats("tottime").print_stats(25)
+
+
+def bench_http(headers, base, total, workers, threads):
     port = free_port()
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "bench.settings", "PYTHONPATH": str(ROOT)}
+    server_options = ["--workers", str(workers)]
+    if threads > 1:
+        server_options += ["--threads", str(threads), "--worker-class", "gthread"]
     server = subprocess.Popen(
         [
             sys.executable,
@@ -283,12 +401,7 @@ def bench_http(model, now, total=1200):
             "bench.wsgi:application",
             "--bind",
             f"127.0.0.1:{port}",
-            "--workers",
-            "4",
-            "--threads",
-            "4",
-            "--worker-class",
-            "gthread",
+            *server_options,
             "--log-level",
             "warning",
         ],
@@ -304,31 +417,13 @@ def bench_http(model, now, total=1200):
                 break
             except requests.RequestException:
                 time.sleep(0.2)
-        slot = timedelta(minutes=15)
-        base = (now + timedelta(days=31)).replace(minute=0, second=0, microsecond=0)
-
-        # Beyond the seeded bookings: each request books 1 GPU for 15 minutes in its own slot
-        # of 1000 GPUs, so no request fails for lack of capacity.
-        def booking(i):
-            start = base - timedelta(days=2) + (i // 900) * slot
-            return {
-                "team": None,  # filled in with the client's own team
-                "gpu_model": "H100-SXM-80GB",
-                "count": 1,
-                "start": start.isoformat(),
-                "duration": "00:15:00",
-            }
-
-        headers = [
-            {"Authorization": f"Token {key}", "X-Team": f"client-{i}"}
-            for i, key in enumerate(tokens)
-        ]
+        server_kind = f"{workers} workers" + (f" x {threads} threads" if threads > 1 else "")
         print(
             f"\n(b) booking throughput, {HTTP_CLIENTS} concurrent clients, {total} requests, "
-            "gunicorn 3 workers x 4 threads"
+            f"gunicorn {server_kind}, load average {os.getloadavg()[0]:.1f}"
         )
         server_url = f"http://127.0.0.1:{port}"
-        ours = run_clients(f"{server_url}/api/v1/reservations/", booking, headers, total)
+        ours = run_clients(f"{server_url}/api/v1/reservations/", booking_body(base), headers, total)
         bare = run_clients(f"{server_url}/bench/bare-insert/", lambda i: {"i": i}, headers, total)
         print(f"{'endpoint':28} {'req/s':>8} {'p50 ms':>8} {'p95 ms':>8}  statuses")
         for label, result in (
@@ -349,7 +444,15 @@ def main():
     global GPUS, BOOKINGS
     parser = argparse.ArgumentParser()
     parser.add_argument("--gpus", type=int, default=GPUS, help="fleet size (multiple of 8)")
-    parser.add_argument("--skip-http", action="store_true")
+    parser.add_argument("--skip-search", action="store_true", help="no part (a)")
+    parser.add_argument("--skip-http", action="store_true", help="no part (b)")
+    parser.add_argument(
+        "--profile", type=int, default=0, metavar="N", help="part (c) with N bookings"
+    )
+    parser.add_argument("--requests", type=int, default=1200, help="part (b)'s requests")
+    # gunicorn's advice for its default (sync) workers: 2 per core plus one.
+    parser.add_argument("--workers", type=int, default=2 * (os.cpu_count() or 1) + 1)
+    parser.add_argument("--threads", type=int, default=1, help="over 1: gthread workers")
     args = parser.parse_args()
     if args.gpus < 8 or args.gpus % 8:
         parser.error("--gpus must be a positive multiple of 8 (whole nodes of 8 GPUs)")
@@ -359,9 +462,15 @@ def main():
     t0 = time.perf_counter()
     model, _team, _user = build_fleet_and_bookings(now)
     print(f"built {GPUS} GPUs and {BOOKINGS} bookings in {time.perf_counter() - t0:.1f} s")
-    bench_availability(model, now)
+    if not args.skip_search:
+        bench_availability(model, now)
+    headers = make_clients(model)
+    # Beyond the seeded bookings, each part in its own days.
+    base = (now + timedelta(days=29)).replace(minute=0, second=0, microsecond=0)
+    if args.profile:
+        bench_profile(headers, base - timedelta(days=4), args.profile)
     if not args.skip_http:
-        bench_http(model, now)
+        bench_http(headers, base, args.requests, args.workers, args.threads)
 
 
 if __name__ == "__main__":
