@@ -167,6 +167,10 @@ class Engine(QueueMixin, BaselineMixin, SpareMixin, DrainMixin, PreemptionMixin,
         # or holdings change (not for a team with bookings ahead: its room depends on time)
         self._drain_cands: dict[str, Candidate | None] = {}
         self._draining: frozenset[str] = frozenset()  # see ``_avoid_draining``
+        # (job, model) -> node -> when the node has room for the job (``_drain_node_key``),
+        # for one (version, time)
+        self._node_keys: dict[tuple[int, str], dict[str, tuple]] = {}
+        self._node_keys_at: tuple[int, float] | None = None
 
     # -- changes between cycles --------------------------------------------------------------
 

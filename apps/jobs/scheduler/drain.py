@@ -98,35 +98,55 @@ class DrainMixin:
         return key[2] if key is not None else None
 
     def _drain_node_key(self, job: QueuedJob, model: str, taken: set[str]) -> tuple | None:
-        """(when it has room, -free GPUs now, node) of ``_drain_node``'s node, or None."""
-        pool, running, now = self.pool, self.running, self.now
-        min_runtime = self.config.preempt_min_runtime_seconds
+        """(when it has room, -free GPUs now, node) of ``_drain_node``'s node, or None. Each
+        node's key is worked out once per job and state (``_node_keys``): the cycle asks
+        before the guarantee pass (``_drain_nodes``) and again after it (``_drain``), and
+        unless that pass placed something the answer is the same. (The GPUs ``_drain`` holds
+        back are on nodes in ``taken`` while held, and back before the next question.)"""
+        pool = self.pool
+        stamp = (self.version, self.now)
+        if self._node_keys_at != stamp:
+            self._node_keys_at = stamp
+            self._node_keys = {}
+        keys = self._node_keys.get((job.job_id, model))
+        if keys is None:
+            keys = self._node_keys[job.job_id, model] = {}
         best = None
-        for node, free in pool.free[model].items():
+        for node in pool.free[model]:
             if node in taken or pool.node_size[model, node] < job.gpu_count:
                 continue
-            have = len(free)
-            releases = []
-            for jid in self.on_node.get(node, ()):
-                r = running[jid]
-                if r.model != model:
-                    continue
-                # A gang that would lose work yields last (``_costly_gang``): the node to
-                # drain is one whose other work ends or yields, not the gang's.
-                if jid in self.preemptible and r.team != job.team and not self._costly_gang(r):
-                    at = max(now, r.started_at + min_runtime)
-                else:
-                    at = r.started_at + r.max_runtime
-                releases.append((at, self.spread[jid][node]))
-            ready = now
-            if have < job.gpu_count:
-                ready = math.inf
-                for at, n in sorted(releases):
-                    have += n
-                    if have >= job.gpu_count:
-                        ready = at
-                        break
-            key = (ready, -len(free), node)
+            key = keys.get(node)
+            if key is None:
+                key = keys[node] = self._node_ready(job, model, node)
             if best is None or key < best:
                 best = key
         return best if best is not None and best[0] < math.inf else None
+
+    def _node_ready(self, job: QueuedJob, model: str, node: str) -> tuple:
+        """(when ``node`` has room for ``job``, -free GPUs now, node): free GPUs now, over-quota
+        work of other teams once it may be preempted, the rest at its runtime limit."""
+        running, now = self.running, self.now
+        min_runtime = self.config.preempt_min_runtime_seconds
+        free = self.pool.free[model][node]
+        have = len(free)
+        releases = []
+        for jid in self.on_node.get(node, ()):
+            r = running[jid]
+            if r.model != model:
+                continue
+            # A gang that would lose work yields last (``_costly_gang``): the node to
+            # drain is one whose other work ends or yields, not the gang's.
+            if jid in self.preemptible and r.team != job.team and not self._costly_gang(r):
+                at = max(now, r.started_at + min_runtime)
+            else:
+                at = r.started_at + r.max_runtime
+            releases.append((at, self.spread[jid][node]))
+        ready = now
+        if have < job.gpu_count:
+            ready = math.inf
+            for at, n in sorted(releases):
+                have += n
+                if have >= job.gpu_count:
+                    ready = at
+                    break
+        return (ready, -len(free), node)
