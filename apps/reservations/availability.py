@@ -5,7 +5,7 @@ API's availability search and picks the GPUs of a new booking, and property test
 against a brute-force oracle.
 
 Times are whole seconds since the Unix epoch (ints): the search runs over tens of thousands of
-holdings, and ints are several times cheaper to load and compare than ints. Slot starts
+holdings, and ints are several times cheaper to load and compare than datetimes. Slot starts
 lie on a grid of `slot` seconds anchored at the epoch. `to_epoch`/`from_epoch` convert.
 """
 
@@ -13,6 +13,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import NamedTuple
 
 Interval = tuple[int, int]
 
@@ -35,8 +36,11 @@ def seconds(duration: timedelta) -> int:
     return int(duration.total_seconds())
 
 
-@dataclass(frozen=True, order=True)
-class GpuInfo:
+class GpuInfo(NamedTuple):
+    """A GPU as the search and the pick see it; ordered by node, then index. A tuple: the
+    search builds one per GPU of the model (10,000 at a time) and the pick sorts them, and
+    tuples are several times cheaper to make and compare than dataclass instances."""
+
     node: str
     index: int
     id: int
@@ -207,6 +211,50 @@ def intersect_starts(
     return both
 
 
+def start_windows(
+    gpus: Sequence[GpuInfo],
+    starts: Mapping[int, Sequence[tuple[int, int]]],
+    *,
+    count: int,
+    slot: int,
+    same_node: bool = False,
+) -> list[tuple[int, int]]:
+    """Every maximal grid window [lo, hi] of starts at which `count` GPUs (of one node if
+    `same_node`) can start, in order, given each GPU's feasible start ranges."""
+    if count <= 0:
+        return []
+    groups: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    for gpu in gpus:
+        groups[gpu.node if same_node else ""].extend(starts.get(gpu.id, ()))
+    return _merge(
+        (w for ranges in groups.values() for w in _windows_with_coverage(ranges, count, slot)), slot
+    )
+
+
+def slots_in_windows(
+    gpus: Sequence[GpuInfo],
+    starts: Mapping[int, Sequence[tuple[int, int]]],
+    windows: Iterable[tuple[int, int]],
+    *,
+    count: int,
+    same_node: bool = False,
+) -> list[Slot]:
+    """A slot per window of `start_windows`, with the GPUs to book at its first start."""
+    slots = []
+    for lo, hi in windows:
+        free_ids = set()
+        for gpu_id, ranges in starts.items():
+            for a, b in ranges:
+                if a <= lo <= b:
+                    free_ids.add(gpu_id)
+                    break
+        picked = pick_gpus([g for g in gpus if g.id in free_ids], count, same_node=same_node)
+        if picked is None:  # cannot happen when the sweep is right; keep the answer honest
+            continue
+        slots.append(Slot(start=lo, latest_start=hi, gpus=tuple(picked)))
+    return slots
+
+
 def slots_from_starts(
     gpus: Sequence[GpuInfo],
     starts: Mapping[int, Sequence[tuple[int, int]]],
@@ -218,22 +266,8 @@ def slots_from_starts(
 ) -> list[Slot]:
     """The earliest windows (up to `limit`) in which `count` GPUs can start, given each GPU's
     feasible start ranges (a GPU missing from `starts` never can), each with the GPUs to book."""
-    if count <= 0:
-        return []
-    groups: dict[str, list[tuple[int, int]]] = defaultdict(list)
-    for gpu in gpus:
-        groups[gpu.node if same_node else ""].extend(starts.get(gpu.id, ()))
-    windows = _merge(
-        (w for ranges in groups.values() for w in _windows_with_coverage(ranges, count, slot)), slot
-    )
-    slots = []
-    for lo, hi in windows[:limit]:
-        free = [gpu for gpu in gpus if any(a <= lo <= b for a, b in starts.get(gpu.id, ()))]
-        picked = pick_gpus(free, count, same_node=same_node)
-        if picked is None:  # cannot happen when the sweep is right; keep the answer honest
-            continue
-        slots.append(Slot(start=lo, latest_start=hi, gpus=tuple(picked)))
-    return slots
+    windows = start_windows(gpus, starts, count=count, slot=slot, same_node=same_node)
+    return slots_in_windows(gpus, starts, windows[:limit], count=count, same_node=same_node)
 
 
 def find_slots(

@@ -123,6 +123,12 @@ GPU_BOOKED_SQL = """EXISTS (
           SELECT 1 FROM reservations_reservationgpu h
           WHERE h.gpu_id = {gpu_id} AND h.active AND h.start < {end} AND h."end" > {start})"""
 
+# The same rule for raw SQL that reads one GPU's holdings over [start, end) as (start, end)
+# rows (the availability search, per GPU on PostgreSQL). Format with the SQL of the GPU id and
+# the bounds; the end comes first among its parameters.
+GPU_HOLDINGS_SQL = """SELECT h.start, h."end" FROM reservations_reservationgpu h
+          WHERE h.gpu_id = {gpu_id} AND h.active AND h.start < {end} AND h."end" > {start}"""
+
 # The same rule for the rollups' raw SQL on PostgreSQL: the team whose booking holds the GPU
 # at the instant, for a correlated subquery. Format with the SQL of the GPU id and the instant.
 HOLDING_TEAM_AT_SQL = """(SELECT r.team_id FROM reservations_reservationgpu h

@@ -12,7 +12,12 @@ from apps.fleet.models import Gpu, GpuModel, MaintenanceWindow
 from apps.fleet.selectors import node_power_ready_times
 from apps.reservations import availability
 from apps.reservations.availability import GpuInfo, Interval
-from apps.reservations.holdings import bookings_holding, gpu_booked_q, held_outside_bookings
+from apps.reservations.holdings import (
+    GPU_HOLDINGS_SQL,
+    bookings_holding,
+    gpu_booked_q,
+    held_outside_bookings,
+)
 from apps.reservations.policy import BookingPolicy
 from apps.reservations.selectors.quota import rule_holdings, team_quota_blocked
 from apps.teams.models import Team
@@ -58,10 +63,7 @@ def schedulable_gpus(
         if held:
             gpus = gpus.exclude(id__in=held)
     rows = _fetch_rows(gpus.values_list("id", "node__hostname", "index", "nvlink_domain", "uuid"))
-    return [
-        GpuInfo(node=host, index=index, id=pk, nvlink_domain=domain or "", uuid=uuid)
-        for pk, host, index, domain, uuid in rows
-    ]
+    return [GpuInfo(host, index, pk, domain or "", uuid) for pk, host, index, domain, uuid in rows]
 
 
 def powered_down_busy(gpus: list[GpuInfo], now: datetime | None = None) -> dict[int, list]:
@@ -165,9 +167,40 @@ def busy_intervals(
 # The free gaps between each GPU's booking holdings over a window, for the search: the database
 # orders the holdings and keeps only the gaps at least as long as the booking, so the search
 # reads a row per such gap and one per GPU (its last end, free from there on), not one per
-# holding, in order. Over the holdings' (gpu_id, start_s, end_s) query (all ending after the
-# window's start); `before` is the latest end of the GPU's earlier holdings (NULL for its
-# first), so overlapping intervals are merged. Window functions run on PostgreSQL and SQLite.
+# holding. Rows (gpu_id, gap_from, gap_until, free_from) in order of time per GPU, in epoch
+# seconds: a gap [gap_from, gap_until) before a holding, its start clamped to the window's,
+# and/or, on a GPU's last holding, its end (free from there on).
+#
+# On PostgreSQL each GPU's holdings come in order of their end from the (gpu, end, start) index,
+# a range scan per GPU that skips past holdings, with no sort: active holdings of a GPU never
+# overlap there (exclusion constraint), so each gap runs from the previous holding's end (which
+# lies in the window: every holding read ends after its start), or from the window's start. The
+# holdings stay timestamps and only the rows kept become epoch seconds (converting every
+# holding was most of the query); a gap's length there errs long by under two seconds, and
+# the search drops a gap too short for a grid start anyway.
+FREE_GAPS_POSTGRESQL = """
+SELECT g.id,
+    CEIL(date_part('epoch', COALESCE(x.before, %(start)s)))::bigint,
+    FLOOR(date_part('epoch', x.s))::bigint,
+    CASE WHEN x.next IS NULL THEN CEIL(date_part('epoch', x.e))::bigint END
+FROM fleet_gpu g
+CROSS JOIN LATERAL (
+    SELECT held.start AS s, held."end" AS e, LAG(held."end") OVER w AS before,
+        LEAD(held.start) OVER w AS next
+    FROM ({holdings}) held
+    WINDOW w AS (ORDER BY held."end")
+) x
+WHERE g.model_id = %(model)s
+    AND (x.next IS NULL OR x.s - COALESCE(x.before, %(start)s) >= %(duration)s)
+ORDER BY g.id, x.e
+""".replace(
+    "{holdings}",
+    GPU_HOLDINGS_SQL.format(gpu_id="g.id", start="%(start)s", end="%(end)s"),
+)
+
+# Elsewhere (SQLite) over the holdings' (gpu_id, start_s, end_s) query, in epoch seconds, with
+# window functions: `before` is the latest end of the GPU's earlier holdings (NULL for its
+# first), so overlapping intervals are merged. Parameters: window start (twice), duration.
 FREE_GAPS_SQL = """
 WITH h (gpu_id, s, e) AS ({holdings}),
 ordered AS (
@@ -176,16 +209,42 @@ ordered AS (
     ) AS before
     FROM h
 ),
-gaps (gpu_id, gap_from, gap_until) AS (
-    SELECT gpu_id, CASE WHEN before IS NULL OR before < %s THEN %s ELSE before END, s
+gaps (gpu_id, gap_from, gap_until, free_from) AS (
+    SELECT gpu_id, CASE WHEN before IS NULL OR before < %s THEN %s ELSE before END, s, NULL
     FROM ordered
     UNION ALL
-    SELECT gpu_id, MAX(e), NULL FROM h GROUP BY gpu_id
+    SELECT gpu_id, NULL, NULL, MAX(e) FROM h GROUP BY gpu_id
 )
-SELECT gpu_id, gap_from, gap_until FROM gaps
+SELECT gpu_id, gap_from, gap_until, free_from FROM gaps
 WHERE gap_until IS NULL OR gap_until - gap_from >= %s
-ORDER BY gpu_id, gap_from
+ORDER BY gpu_id, COALESCE(gap_from, free_from)
 """
+
+
+def _free_gap_rows(*, gpu_model: GpuModel, duration: int, after: int, until: int) -> list[tuple]:
+    start, end = availability.from_epoch(after), availability.from_epoch(until)
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(
+                FREE_GAPS_POSTGRESQL,
+                {
+                    "start": start,
+                    "end": end,
+                    "duration": timedelta(seconds=duration),
+                    "model": gpu_model.pk,
+                },
+            )
+        else:
+            holdings = (
+                bookings_holding(start, end)
+                .filter(gpu__model=gpu_model)
+                .annotate(start_s=EpochSeconds("start"), end_s=EpochSeconds("end", round_up=True))
+                .values_list("gpu_id", "start_s", "end_s")
+                .order_by()
+            )
+            sql, params = holdings.query.sql_with_params()
+            cursor.execute(FREE_GAPS_SQL.format(holdings=sql), (*params, after, after, duration))
+        return cursor.fetchall()
 
 
 def booking_free_starts(
@@ -194,30 +253,26 @@ def booking_free_starts(
     """For each of the GPUs (ids of the model), the grid ranges of starts in [after, horizon]
     (on the grid) where no booking holds it for `duration` seconds (`feasible_starts` over
     its bookings alone), read as free gaps rather than holdings."""
-    start, end = availability.from_epoch(after), availability.from_epoch(horizon + duration)
-    holdings = (
-        bookings_holding(start, end)
-        .filter(gpu__model=gpu_model)
-        .annotate(start_s=EpochSeconds("start"), end_s=EpochSeconds("end", round_up=True))
-        .values_list("gpu_id", "start_s", "end_s")
-        .order_by()
+    rows = _free_gap_rows(
+        gpu_model=gpu_model, duration=duration, after=after, until=horizon + duration
     )
-    sql, params = holdings.query.sql_with_params()
-    with connection.cursor() as cursor:
-        cursor.execute(FREE_GAPS_SQL.format(holdings=sql), (*params, after, after, duration))
-        rows = cursor.fetchall()
-    # Each gap [gap_from, gap_until) (None: for ever) as grid starts, written out rather than
-    # called: there are tens of thousands at 10,000 GPUs. A GPU with holdings and no gap long
-    # enough has no starts; one without holdings can start any time.
+    # Each gap as grid starts, written out rather than called: there are tens of thousands at
+    # 10,000 GPUs. A GPU with holdings and no gap long enough has no starts; one without
+    # holdings can start any time.
     starts: dict[int, list[tuple[int, int]]] = {}
-    for gpu_id, gap_from, gap_until in rows:
+    for gpu_id, gap_from, gap_until, free_from in rows:
         ranges = starts.get(gpu_id)
         if ranges is None:
             ranges = starts[gpu_id] = []
-        lo = -(-gap_from // slot) * slot
-        hi = horizon if gap_until is None else min((gap_until - duration) // slot * slot, horizon)
-        if lo <= hi:
-            ranges.append((lo, hi))
+        if gap_until is not None:
+            lo = -(-gap_from // slot) * slot
+            hi = min((gap_until - duration) // slot * slot, horizon)
+            if lo <= hi:
+                ranges.append((lo, hi))
+        if free_from is not None:
+            lo = -(-free_from // slot) * slot
+            if lo <= horizon:
+                ranges.append((lo, horizon))
     always = [(after, horizon)]
     return {gpu_id: starts.get(gpu_id, always) for gpu_id in gpu_ids}
 
@@ -268,35 +323,62 @@ def availability_search(
     ]:
         other[gpu_id].append((s, e))
     gpu_ids = [gpu.id for gpu in gpus]
-    search_from = first
+
+    def read(start: int, until: int) -> tuple[dict[int, list[tuple[int, int]]], list]:
+        """Each GPU's free starts in [start, until] and the windows where `count` can start."""
+        shape = {"duration": span, "after": start, "horizon": until, "slot": step}
+        starts = booking_free_starts(gpu_model=gpu_model, gpu_ids=gpu_ids, **shape)
+        for gpu_id, spans in other.items():
+            if gpu_id in starts:
+                starts[gpu_id] = availability.intersect_starts(
+                    starts[gpu_id], availability.feasible_starts(spans, **shape)
+                )
+        if blocked:
+            # A window no booking may overlap is, for the search, a time every GPU is busy.
+            allowed = availability.feasible_starts(sorted(blocked), **shape)
+            starts = {
+                gpu_id: availability.intersect_starts(ranges, allowed)
+                for gpu_id, ranges in starts.items()
+            }
+        windows = availability.start_windows(
+            gpus, starts, count=count, slot=step, same_node=same_node
+        )
+        return starts, windows
+
+    # Each round of the look-ahead searches [search_from, until]; its windows are those of any
+    # read over a longer stretch from search_from, cut at `until` (whether a start works is
+    # decided start by start). So the first round reads its own stretch (most searches end
+    # there) and a later one reads four rounds' worth at once: one query and one sweep where
+    # the rounds took three.
+    search_from, read_from, read_until = first, None, None
+    starts: dict[int, list[tuple[int, int]]] = {}
+    windows: list[tuple[int, int]] = []
     while True:
         until = min(last, availability.floor_to_grid(first + availability.seconds(lookahead), step))
         slots = []
         start = availability.ceil_to_grid(search_from, step)
         if start <= until:
-            shape = {"duration": span, "after": start, "horizon": until, "slot": step}
-            starts = booking_free_starts(gpu_model=gpu_model, gpu_ids=gpu_ids, **shape)
-            for gpu_id, spans in other.items():
-                if gpu_id in starts:
-                    starts[gpu_id] = availability.intersect_starts(
-                        starts[gpu_id], availability.feasible_starts(spans, **shape)
-                    )
-            if blocked:
-                # A window no booking may overlap is, for the search, a time every GPU is busy.
-                allowed = availability.feasible_starts(sorted(blocked), **shape)
-                starts = {
-                    gpu_id: availability.intersect_starts(ranges, allowed)
-                    for gpu_id, ranges in starts.items()
-                }
-            slots = availability.slots_from_starts(
-                gpus, starts, count=count, slot=step, same_node=same_node, limit=limit
+            if read_from is None or start < read_from or until > read_until:
+                read_from = start
+                ahead = lookahead if read_until is None else 4 * lookahead
+                read_until = min(
+                    last, availability.floor_to_grid(first + availability.seconds(ahead), step)
+                )
+                starts, windows = read(read_from, read_until)
+            in_round = [
+                (max(lo, start), min(hi, until))
+                for lo, hi in windows
+                if lo <= until and hi >= start
+            ][:limit]
+            slots = availability.slots_in_windows(
+                gpus, starts, in_round, count=count, same_node=same_node
             )
         runs_to_end = bool(slots) and slots[-1].latest_start >= until
         if until >= last or len(slots) >= limit or runs_to_end:
             break
         if not slots:
             # No start up to `until` works: the longer look-ahead searches only the starts
-            # after it, and reads only the bookings from there on.
+            # after it.
             search_from = until + step
         lookahead *= 2
     return [
