@@ -61,6 +61,7 @@ PENDING_REASON_LABELS = {
     PendingReason.WAITING_FOR_PREEMPTION: "Over-quota work is stopping for it",
     PendingReason.RECLAIMING_GUARANTEE: "Reclaiming the team's guarantee",
     PendingReason.POWERING_UP: "A node is powering up",
+    PendingReason.TEAM_JOB_FIRST: "The team's first job first",
 }
 ANY_MODEL_LABEL = "Any model"
 

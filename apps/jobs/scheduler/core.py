@@ -15,7 +15,9 @@ Order of work in a ``fairshare`` cycle:
 
 1. Jobs bound to a reservation run on that booking's GPUs while the booking is active.
 2. Guaranteed share: the oldest job of any team that fits within its team's guarantee goes
-   next, until nothing more fits.
+   next, until nothing more fits. A team's first job within its guarantee that waits for a
+   reclaim keeps the room it needs from the team's own later jobs, here and in step 3
+   (``_hold``): they take only what the guarantee has beyond it.
 3. Weighted fair share of the spare capacity: the team with the lowest dominant share goes
    next (recent GPU-hours decayed with a half-life plus GPUs held now, divided by the team's
    weight = its guaranteed GPUs); only within the quota ``limit``. Waiting time lowers a team's
@@ -60,7 +62,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping
-from itertools import chain
+from itertools import chain, takewhile
 
 from apps.jobs.scheduler.baseline import BaselineMixin
 from apps.jobs.scheduler.config import (
@@ -133,6 +135,8 @@ class Engine(QueueMixin, BaselineMixin, SpareMixin, DrainMixin, PreemptionMixin,
         self.lent_on_node: dict[str, int] = defaultdict(int)
         self.kept_on_node: dict[str, int] = defaultdict(int)
         self.preemptible: set[int] = set()  # running over-quota jobs outside reservations
+        # GPUs of those per model and per (team, model): what a reclaim could free (``_hold``)
+        self.lent: dict[str | tuple[str, str], int] = defaultdict(int)
         self.releases: dict[str, list[float]] = defaultdict(list)
         # Ends of the bookings holding GPUs now, per model: a job that waits for booked GPUs
         # gets its estimated start from them (the job page would otherwise say "no estimate").
@@ -293,6 +297,7 @@ class Engine(QueueMixin, BaselineMixin, SpareMixin, DrainMixin, PreemptionMixin,
         window = team in self.quotas.later
         # With one model (the common case) every job may run on it.
         any_model = pool.models if len(pool.models) == 1 else None
+        hold = self._hold(team) if fitting and mode != BASELINE else None
         best: Candidate | None = None  # a backfill candidate (its GPUs found already)
         best_entry = best_model = best_key = None  # or the head of a bucket that fits
         for (pclass, gpu_model, count, same_node), entries in shapes.items():
@@ -303,7 +308,7 @@ class Engine(QueueMixin, BaselineMixin, SpareMixin, DrainMixin, PreemptionMixin,
                 continue
             for model in (gpu_model is None and any_model) or self._models_for(gpu_model):
                 if count > caps.get(model, 0) or not (
-                    allowed := self._quota_runs(entries, model, mode, window, best_key)
+                    allowed := self._quota_runs(entries, model, mode, window, best_key, hold, count)
                 ):
                     continue
                 first, runs = allowed
@@ -330,15 +335,74 @@ class Engine(QueueMixin, BaselineMixin, SpareMixin, DrainMixin, PreemptionMixin,
             return best
         return self._head_candidate(best_key, best_entry, best_model)
 
+    def _hold(self, team: str) -> tuple[Candidate, int] | None:
+        """What the team's top job within its guarantee keeps back from the team's own later
+        jobs, as (that job, GPUs of its model a later job may still take within the guarantee
+        without leaving too few for it); None when there is no such job.
+
+        Without it, a later, smaller job of the team that fits the free GPUs starts first
+        ("first job that fits") and fills the guarantee, so the top job, which needed a
+        reclaim, is no longer within the guarantee and waits until the team's own work ends:
+        a stream of small jobs starves it. With it the top job stays within the guarantee
+        and the reclaim starts it after the victims' minimum runtime (like a backfill
+        scheduler keeping the top job's start). Bounded: only while a reclaim could start the
+        top job (the free GPUs of its model and other teams' preemptible ones add up to it;
+        else it waits for work to end, and holding GPUs back would idle them for hours);
+        later jobs still run where the guarantee has room for both, and on other models; and
+        no GPU idles for it beyond what ``_drain`` holds back: other teams' work still takes
+        the free GPUs (borrowed, so a reclaim gives them back). Teams with bookings ahead are
+        left out (their room depends on time)."""
+        if team in self.quotas.later:
+            return None
+        top = self._drain_cands.get(team, False)
+        if top is False:
+            top = self._drain_cands[team] = self._candidate(team, GUARANTEE, fitting=False)
+        if top is None:
+            return None
+        model, need = top.model, top.job.gpu_count
+        lent = self.lent
+        if self.pool.total.get(model, 0) + lent[model] - lent[(team, model)] < need:
+            return None  # no reclaim can start it now: nothing to keep back for
+        return top, self.quotas.room(team, model, guarantee=True) - need
+
+    @staticmethod
+    def _unheld(hold: tuple[Candidate, int], model: str, count: int, entries: list):
+        """``_quota_runs`` for a team whose top job keeps room (``_hold``): all of the
+        bucket's jobs (of ``count`` GPUs) where the guarantee has room for them beside that
+        job, else only that job and the team's jobs before it (None: none of them)."""
+        top, spare = hold
+        first = entries[0]
+        if model != top.model or count <= spare:
+            return first, entries
+        if first[0] > top.key:
+            return None
+        return first, takewhile(lambda entry: entry[0] <= top.key, entries)
+
+    def _held_back(self, job: QueuedJob) -> Candidate | None:
+        """The team's top job that ``job`` waits behind (``_hold``), if it does on every
+        model it may run on."""
+        hold = self._hold(job.team)
+        if hold is None:
+            return None
+        top, spare = hold
+        if job.gpu_count <= spare or top.job.job_id == job.job_id:
+            return None
+        if self.queue_order(job) < top.key or self._models_for(job.gpu_model) != [top.model]:
+            return None
+        return top
+
     def _quota_runs(
-        self, entries: list, model: str, mode: str, window: bool, before
+        self, entries: list, model: str, mode: str, window: bool, before, hold, count: int
     ) -> tuple[tuple, Iterable[tuple]] | None:
-        """The first of the bucket's jobs the team's quota lets run on ``model`` and all of
-        them from it on (None: none): all of them, unless the team has bookings ahead
-        (``window``); then those queued before ``before`` (a candidate found already) whose
-        whole run fits beside them, found lazily: the head pass needs the first, a backfill
-        no more than it tries."""
+        """The first of the bucket's jobs (of ``count`` GPUs) the team's quota lets run on
+        ``model`` and all of them from it on (None: none): all of them, unless the team's
+        top job keeps room (``hold``, see ``_unheld``) or the team has bookings ahead
+        (``window``; never both); then those queued before ``before`` (a candidate found
+        already) whose whole run fits beside them, found lazily: the head pass needs the
+        first, a backfill no more than it tries."""
         if not window:
+            if hold is not None:
+                return self._unheld(hold, model, count, entries)
             return entries[0], entries
         runs = self._window_runs(entries, model, mode, before)
         first = next(runs, None)

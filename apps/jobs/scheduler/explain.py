@@ -57,6 +57,8 @@ class ExplainMixin:
                     job.priority_class,
                     # the bookings-window check reads the job's runtime
                     job.max_runtime if job.team in self.quotas.later else None,
+                    # jobs of one shape before and after their team's top job differ
+                    self._held_back(job) is not None if self.policy == "fairshare" else None,
                 )
                 if why not in reasons:
                     reasons[why] = self._why(job, fits_cache)
@@ -112,6 +114,14 @@ class ExplainMixin:
                 f"No schedulable {pretty_model(job.gpu_model)} GPUs in the fleet.",
             )
         model = job.gpu_model
+        top = self._held_back(job) if self.policy == "fairshare" else None
+        if top is not None:
+            return (
+                PendingReason.TEAM_JOB_FIRST,
+                f"Team {job.team}'s job {top.job.job_id} comes first: it waits for "
+                f"{gpu_count(top.job.gpu_count, top.model)} of the team's guarantee, and this "
+                "job would leave it too few.",
+            )
         if self.policy == "fairshare" and any(
             self.initial_totals.get(m, 0) >= job.gpu_count
             and self.pool.total.get(m, 0) < job.gpu_count

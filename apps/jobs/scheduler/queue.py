@@ -97,6 +97,7 @@ class QueueMixin:
             self._unit_changed(run.team)
             if self._is_preemptible(run):
                 self.preemptible.add(run.job_id)
+                self._lend(run, len(ids))
         info = self.pool.info
         if len(ids) == 1:
             self.spread[run.job_id] = {info[ids[0]].node: 1}
@@ -115,6 +116,11 @@ class QueueMixin:
             releases = self.releases[run.model]
             for _ in run.gpu_ids:
                 bisect.insort(releases, end)
+
+    def _lend(self, run: RunningJob, n: int) -> None:
+        """Count GPUs of preemptible jobs per model and per (team, model) (``_hold``)."""
+        self.lent[run.model] += n
+        self.lent[(run.team, run.model)] += n
 
     def _unit_changed(self, team: str) -> None:
         """What ``team`` holds counts in its units' limits: the teams below them may now
@@ -140,7 +146,9 @@ class QueueMixin:
             self.quotas.stop(run)
             self._caps_cache.pop(run.team, None)
             self._unit_changed(run.team)
-            self.preemptible.discard(job_id)
+            if job_id in self.preemptible:
+                self.preemptible.discard(job_id)
+                self._lend(run, -len(ids))
         for node, n in self.spread.pop(job_id).items():
             self.on_node[node].discard(job_id)
             on_node[node] -= n

@@ -22,7 +22,8 @@ Metrics (``ReplayResult``): utilization (GPU-seconds run / GPUs x makespan), mak
 wait (submit to final start) average / p50 / p95, slowdown ((end - submit) / duration, duration
 floored at 10 s), fairness = Jain's index over per-team average slowdown, preemptions and
 GPU-hours lost; per team: jobs, average and p95 wait, average slowdown, GPU-hours, and hours
-spent below its guarantee while it had queued work; queue length over time; one row per job
+spent below its guarantee while it had queued work; per job the time it waited with its team's
+unused guarantee fitting it (``room_clock``); queue length over time; one row per job
 (``job_rows``, see ``JOB_COLUMNS``); fully idle node-hours and, with ``power_saving``, node-hours
 powered off, energy saved and power cycles (``replay_power``).
 """
@@ -50,6 +51,7 @@ from apps.jobs.scheduler.replay_results import (  # noqa: F401 - replay's public
     replay_result,
     write_job_rows,
 )
+from apps.jobs.scheduler.room_clock import GuaranteeRoomClock
 from apps.jobs.scheduler.state import (
     ClusterState,
     Decision,
@@ -80,6 +82,8 @@ class _JobRecord:
     done: float = 0.0  # work kept from earlier attempts (checkpointable jobs)
     attained: float = 0.0  # GPU-seconds run in all attempts so far
     within_guarantee: bool = False  # see JOB_COLUMNS
+    room_wait: float = 0.0  # see JOB_COLUMNS
+    room_mark: float | None = None  # its ``GuaranteeRoomClock`` reading when it came
     turn: float | None = None  # its turn in its team's queue (``UserClock``), set on arrival
     reclaim_since: float | None = None  # see ``QueuedJob.reclaim_since``
 
@@ -189,6 +193,7 @@ class _Replay:
         # GPUs running per quota key (team, model or None), to tell within-guarantee jobs
         self.book = QuotaBook(quotas, units.rows, units.tree)
         self.models = sorted({g.model for g in gpus})
+        self.room_clock = GuaranteeRoomClock(self.book, self.models)
         self.queued_per_team: dict[str, int] = defaultdict(int)
         self.below: set[str] = set()
         self.below_seconds: dict[str, float] = defaultdict(float)
@@ -269,6 +274,8 @@ class _Replay:
         rec.reclaim_since = None
         if rec.first_start is None:
             rec.first_start = at
+            if rec.room_mark is not None:
+                rec.room_wait = self.room_clock.started(j.team, j.model, j.gpus, rec.room_mark, at)
         rec.final_start = at
         # The attempt number tells a stale end (of an attempt since preempted) from this one.
         heapq.heappush(self.ends, (at + j.duration - rec.done, j.job_id, rec.attempts))
@@ -279,6 +286,7 @@ class _Replay:
         self.nodes.occupy(run.gpu_ids, at)
         self.held[j.team] += j.gpus
         self.book.take(j.team, run.model, j.gpus)
+        self.room_clock.changed(j.team, at)
         self._flag(j.team)
 
     def stop(self, job_id: int, at: float) -> RunningJob:
@@ -295,6 +303,7 @@ class _Replay:
         self.nodes.release(r.gpu_ids, at)
         self.held[r.team] -= len(r.gpu_ids)
         self.book.give(r.team, r.model, len(r.gpu_ids))
+        self.room_clock.changed(r.team, at)
         self._flag(r.team)
         return r
 
@@ -346,6 +355,8 @@ class _Replay:
             while i < count and arrivals[i].submit <= now:
                 rec = arriving[i]
                 rec.within_guarantee = self.within_guarantee(rec.job)
+                j = rec.job
+                rec.room_mark = self.room_clock.wait(j.team, j.model, j.gpus, now)
                 if self.user_clock is not None and rec.job.user is not None:
                     j = rec.job
                     rec.turn = self.user_clock.turn(

@@ -26,6 +26,8 @@ JOB_COLUMNS = (
     "gpu_seconds_lost",
     "model",  # the model it asked for; empty: any model
     "within_guarantee",  # at submit, the team's GPUs of its model + the job's <= guarantee
+    # seconds from submit to first start during which that held (``room_clock``)
+    "guarantee_room_wait",
 )
 
 
@@ -130,6 +132,7 @@ def replay_result(
             rec.lost,
             rec.job.model,
             rec.within_guarantee,
+            rec.room_wait,
         )
         for rec in sorted(records.values(), key=lambda r: r.job.job_id)
     ]

@@ -34,6 +34,8 @@ class PendingReason(StrEnum):
     RECLAIMING_GUARANTEE = "reclaiming_guarantee"
     # not enough free GPUs now, but a node powering up brings enough
     POWERING_UP = "powering_up"
+    # its team's first job within the guarantee waits for a reclaim and needs the room left
+    TEAM_JOB_FIRST = "team_job_first"
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,6 +7,10 @@ returns a ``TeamMetrics``: per team and overall,
 * *guarantee wait*: over the team's within-guarantee jobs (at submit, the team's running GPUs
   of the job's model plus the job's GPUs fit its guarantee), first start - submit: p50, p99,
   worst and the share of jobs that waited more than 30 minutes;
+* *time in the unused guarantee*: over the team's jobs that had it while waiting, the seconds
+  from submit to first start during which the team's running GPUs of the job's model plus the
+  job's fit its guarantee (``room_clock``; not decided once at submit): p99, worst and the
+  share above 30 minutes. A reclaim owes a start within its delay to exactly this time;
 * *sharing incentive*: over the team's jobs no larger than its guarantee, the average JCT in the
   replay against the same jobs replayed alone on the team's guaranteed GPUs (``alone_jct``:
   greedy FIFO); a team is *worse off* when shared > alone + 0.5 h;
@@ -58,6 +62,12 @@ class TeamOutcome:
     worse_off: bool
     worst_rho: float | None
     rho_late_share: float  # share of compared jobs with rho > 1.05
+    # Over the team's jobs that waited with its unused guarantee fitting them for some time
+    # (``room_clock``): how long they had it, whatever they were counted at submission.
+    room_wait_jobs: int = 0
+    room_wait_p99: float = 0.0
+    room_wait_max: float = 0.0
+    room_wait_late_share: float = 0.0  # share of them with more than 30 min of it
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -102,6 +112,10 @@ class TeamMetrics:
     worst_rho: float | None = None
     rho_late_share: float = 0.0
     units: dict[str, UnitOutcome] = field(default_factory=dict)  # empty without units
+    room_wait_jobs: int = 0  # as in ``TeamOutcome``, over all teams
+    room_wait_p99: float = 0.0
+    room_wait_max: float = 0.0
+    room_wait_late_share: float = 0.0
 
     def as_dict(self) -> dict:
         skip = ("teams", "units")
@@ -130,6 +144,7 @@ class _Job:
     end: float | None  # in the shared replay
     first_start: float | None
     within_guarantee: bool
+    room_wait: float = 0.0  # seconds waited with the team's unused guarantee fitting it
 
 
 def alone_jct(jobs: list[_Job], pools: dict[tuple, int]) -> dict[int, float]:
@@ -184,7 +199,7 @@ def _team_jobs(result, book: QuotaBook, models: list[str]) -> dict[str, list[_Jo
         by_team[team].append(
             _Job(row[at["job_id"]], row[at["submit"]], row[at["duration"]], row[at["gpus"]],
                  tuple(keys), row[at["end"]], row[at["first_start"]],
-                 bool(row[at["within_guarantee"]]))
+                 bool(row[at["within_guarantee"]]), row[at["guarantee_room_wait"]])
         )  # fmt: skip
     return by_team
 
@@ -199,6 +214,7 @@ def team_metrics(result, quotas: list[TeamQuota], units=None) -> TeamMetrics:
     teams: dict[str, TeamOutcome] = {}
     all_waits: list[float] = []
     all_rho: list[float] = []
+    all_room: list[float] = []
     details: dict[str, tuple[list[float], list[tuple[float, float | None]]]] = {}
     for team, jobs in sorted(_team_jobs(result, book, models).items()):
         outcome, waits, rhos, pairs = _team_outcome(team, jobs, book, models)
@@ -206,6 +222,7 @@ def team_metrics(result, quotas: list[TeamQuota], units=None) -> TeamMetrics:
         details[team] = (waits, pairs)
         all_waits.extend(waits)
         all_rho.extend(rhos)
+        all_room.extend(j.room_wait for j in jobs if j.room_wait > 0)
     tree = units.tree if units is not None else None
     return TeamMetrics(
         units=unit_outcomes(tree, teams, details) if tree is not None else {},
@@ -218,7 +235,17 @@ def team_metrics(result, quotas: list[TeamQuota], units=None) -> TeamMetrics:
         worse_off_teams=tuple(t for t, o in teams.items() if o.worse_off),
         worst_rho=max(all_rho, default=None),
         rho_late_share=_share(all_rho, RHO_TOLERANCE),
+        **_room_figures(all_room),
     )
+
+
+def _room_figures(room: list[float]) -> dict:
+    return {
+        "room_wait_jobs": len(room),
+        "room_wait_p99": percentile(room, 0.99),
+        "room_wait_max": max(room, default=0.0),
+        "room_wait_late_share": _share(room, WAIT_LIMIT_SECONDS),
+    }
 
 
 def _share(values: list[float], above: float) -> float:
@@ -256,6 +283,7 @@ def _team_outcome(team: str, jobs: list[_Job], book: QuotaBook, models: list[str
         worse_off=alone_avg is not None and shared_avg > alone_avg + WORSE_OFF_MARGIN_SECONDS,
         worst_rho=max(rhos, default=None),
         rho_late_share=_share(rhos, RHO_TOLERANCE),
+        **_room_figures([j.room_wait for j in jobs if j.room_wait > 0]),
     )
     return outcome, waits, rhos, pairs
 
@@ -334,8 +362,13 @@ def format_team_metrics(metrics: dict[str, TeamMetrics]) -> str:
             + f"; rho worst {worst}, > 1.05 {m.rho_late_share:.1%}"
         )
         lines.append(
+            f"    time waited with the team's unused guarantee fitting the job: p99 "
+            f"{m.room_wait_p99 / 60:.1f} min, worst {m.room_wait_max / 3600:.1f} h, > 30 min "
+            f"{m.room_wait_late_share:.1%} of {m.room_wait_jobs:,} jobs"
+        )
+        lines.append(
             "    team            jobs  in-guar  wait p50 m  p99 m  >30m  | JCT shared h  "
-            "alone h  worse | rho worst  >1.05"
+            "alone h  worse | rho worst  >1.05 | in room  p99 m  worst h"
         )
         for o in m.teams.values():
             alone = f"{o.jct_alone / 3600:8.2f}" if o.jct_alone is not None else "       -"
@@ -344,7 +377,8 @@ def format_team_metrics(metrics: dict[str, TeamMetrics]) -> str:
                 f"    {o.team[:14]:14s} {o.jobs:6,} {o.within_guarantee_jobs:8,} "
                 f"{o.guarantee_wait_p50 / 60:10.1f} {o.guarantee_wait_p99 / 60:6.1f} "
                 f"{o.guarantee_wait_late_share:5.0%} | {o.jct_shared / 3600:12.2f} {alone} "
-                f"{'  yes' if o.worse_off else '   no'} | {rho} {o.rho_late_share:6.1%}"
+                f"{'  yes' if o.worse_off else '   no'} | {rho} {o.rho_late_share:6.1%} | "
+                f"{o.room_wait_jobs:7,} {o.room_wait_p99 / 60:6.1f} {o.room_wait_max / 3600:8.1f}"
             )
         if m.units:
             lines.append(
