@@ -5,11 +5,12 @@ summed per team and model. Decisions use minute rollups, so they need `rollup_mi
 have run for the window (the minutely task does both, in that order).
 """
 
-from datetime import datetime, timedelta
+from collections import defaultdict
+from datetime import UTC, datetime, timedelta
 from functools import partial
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Count
 from django.utils import timezone
 
@@ -21,7 +22,7 @@ from apps.reservations.models import Reservation
 from apps.reservations.services import notify_team, reservation_release
 from apps.telemetry.activity import covers, idle_minute_q, idle_threshold_text, window_signal
 from apps.telemetry.choices import IdleKind
-from apps.telemetry.models import GpuMinuteRollup, IdleInterval, IdleWarning
+from apps.telemetry.models import GpuMinuteRollup, IdleHourRollup, IdleInterval, IdleWarning
 from portal.formatting import format_when
 
 
@@ -179,4 +180,79 @@ def idle_intervals_update(*, now: datetime | None = None) -> dict[str, int]:
         IdleInterval.objects.bulk_update(extended, ["end"], batch_size=1000)
         IdleInterval.objects.bulk_create(fresh, batch_size=1000)
         counts["opened"] = len(fresh)
+        # The intervals changed only inside this minute: its hour's sums are rewritten.
+        idle_hours_rollup(start=start, end=end)
     return counts
+
+
+HOUR = timedelta(hours=1)
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+# Each interval's time inside each hour of [start, end) (whole hours), summed per hour, kind,
+# team and GPU model, in microseconds. The hours come from each interval's own span, so an
+# interval is visited once per hour it touches.
+IDLE_HOURS_SQL = """
+INSERT INTO telemetry_idlehourrollup (bucket, kind, team_id, gpu_model_id, idle_us)
+SELECT h.t, i.kind, i.team_id, g.model_id,
+       sum((extract(epoch FROM least(i."end", h.t + interval '1 hour') - greatest(i.start, h.t))
+            * 1000000)::bigint)
+FROM telemetry_idleinterval i
+JOIN fleet_gpu g ON g.id = i.gpu_id
+CROSS JOIN LATERAL generate_series(
+    greatest(date_trunc('hour', i.start, 'UTC'), %(start)s),
+    least(i."end", %(end)s) - interval '1 microsecond',
+    interval '1 hour'
+) AS h(t)
+WHERE i.start < %(end)s AND i."end" > %(start)s AND i."end" > i.start
+GROUP BY h.t, i.kind, i.team_id, g.model_id
+"""
+
+
+def _floor(moment: datetime, unit: timedelta) -> datetime:
+    return EPOCH + ((moment - EPOCH) // unit) * unit
+
+
+def idle_hours_rollup(*, start: datetime, end: datetime, portable: bool | None = None) -> int:
+    """Rewrite the idle sums (IdleHourRollup) of the whole hours touching [start, end) from the
+    idle intervals: delete and insert, so a group that vanished goes too. Returns rows written.
+    `idle_intervals_update` calls it for the minute it adds; call it directly after writing
+    intervals some other way (demo and bench data)."""
+    start = _floor(start, HOUR)
+    end = _floor(end - timedelta(microseconds=1), HOUR) + HOUR
+    if portable is None:
+        portable = connection.vendor != "postgresql"
+    with transaction.atomic():
+        if connection.vendor == "postgresql":
+            # One writer at a time: two runs over the same hour would both delete, then both
+            # insert its sums.
+            with connection.cursor() as cursor:
+                cursor.execute("LOCK TABLE telemetry_idlehourrollup IN EXCLUSIVE MODE")
+        IdleHourRollup.objects.filter(bucket__gte=start, bucket__lt=end).delete()
+        if not portable:
+            with connection.cursor() as cursor:
+                cursor.execute(IDLE_HOURS_SQL, {"start": start, "end": end})
+                return cursor.rowcount
+        sums: dict[tuple, int] = defaultdict(int)
+        intervals = IdleInterval.objects.filter(start__lt=end, end__gt=start).values_list(
+            "kind", "team_id", "gpu__model_id", "start", "end"
+        )
+        for kind, team_id, model_id, s, e in intervals:
+            s, e = max(s, start), min(e, end)
+            if e <= s:
+                continue
+            hour = _floor(s, HOUR)
+            while hour < e:
+                sums[(hour, kind, team_id, model_id)] += (min(e, hour + HOUR) - max(s, hour)) // (
+                    timedelta(microseconds=1)
+                )
+                hour += HOUR
+        IdleHourRollup.objects.bulk_create(
+            [
+                IdleHourRollup(
+                    bucket=hour, kind=kind, team_id=team_id, gpu_model_id=model_id, idle_us=us
+                )
+                for (hour, kind, team_id, model_id), us in sums.items()
+            ],
+            batch_size=1000,
+        )
+        return len(sums)

@@ -235,6 +235,36 @@ class IdleInterval(models.Model):
         return f"{self.kind} gpu {self.gpu_id} {format_span(self.start, self.end)}"
 
 
+class IdleHourRollup(models.Model):
+    """Idle intervals pre-summed per (hour, kind, team, GPU model): their time inside each hour,
+    in microseconds (exact sums). The idle dashboard sums these for the whole hours of its
+    window instead of clipping a month of intervals to its steps.
+
+    Rewritten for the hour the minutely idle update extends the intervals in, in the same
+    transaction (`idle.idle_intervals_update`, `idle.idle_hours_rollup`), so the two never
+    disagree."""
+
+    bucket = models.DateTimeField(help_text="Start of the hour.")
+    kind = models.CharField(max_length=16, choices=IdleKind.choices)
+    team = models.ForeignKey(
+        "teams.Team",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        help_text="The intervals' team; empty: unallocated (or a team since deleted).",
+    )
+    gpu_model = models.ForeignKey("fleet.GpuModel", on_delete=models.CASCADE, related_name="+")
+    idle_us = models.PositiveBigIntegerField(help_text="Idle GPU-time in the hour, microseconds.")
+
+    class Meta:
+        indexes = [models.Index(fields=["bucket"], name="idlehour_bucket_idx")]
+
+    def __str__(self) -> str:
+        team = self.team_id or "unallocated"
+        return f"{self.kind} team {team} model {self.gpu_model_id} @ {self.bucket:%Y-%m-%d %H:%M}"
+
+
 class IdleWarning(models.Model):
     """A held-idle booking whose team was warned; released if still idle after the grace."""
 

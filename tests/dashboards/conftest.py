@@ -6,6 +6,7 @@ from django.utils import timezone
 from apps.fleet.models import Gpu
 from apps.reservations.choices import ReservationStatus
 from apps.telemetry.choices import IdleKind
+from apps.telemetry.idle import idle_hours_rollup
 from apps.telemetry.models import GpuHourRollup, GpuMinuteRollup, IdleInterval
 from apps.telemetry.rollups import rollup_team_models
 from tests.factories import make_booking
@@ -67,4 +68,5 @@ def history(fleet, team, other_team, member, outsider):
     IdleInterval.objects.create(
         gpu=l40s, kind=IdleKind.UNALLOCATED, start=now - timedelta(hours=5), end=now
     )
+    idle_hours_rollup(start=now - timedelta(hours=5), end=now)  # as the minutely update does
     return {"now": now, "gpus": gpus, "l40s": l40s}

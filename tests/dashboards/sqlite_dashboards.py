@@ -20,6 +20,7 @@ def main() -> None:
     from apps.fleet.models import Gpu, GpuModel, Node
     from apps.teams.models import Team, User
     from apps.telemetry.choices import IdleKind
+    from apps.telemetry.idle import idle_hours_rollup
     from apps.telemetry.models import GpuHourRollup, IdleInterval
     from apps.telemetry.rollups import rollup_team_models
 
@@ -53,6 +54,7 @@ def main() -> None:
         start=end - timedelta(hours=30),
         end=end - timedelta(hours=20),
     )
+    idle_hours_rollup(start=start, end=end)
     client = Client(HTTP_HOST="localhost")
     client.force_login(admin)
     utilization = client.get("/api/v1/dashboards/utilization/?range=7d").json()

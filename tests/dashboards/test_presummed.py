@@ -13,6 +13,7 @@ from apps.dashboards import selectors
 from apps.dashboards.selectors import UNALLOCATED
 from apps.fleet.models import Gpu
 from apps.telemetry.choices import IdleKind
+from apps.telemetry.idle import idle_hours_rollup
 from apps.telemetry.ingest import telemetry_ingest_many
 from apps.telemetry.models import (
     GpuHourRollup,
@@ -247,6 +248,7 @@ def test_idle_hours_are_summed_in_sql_as_by_hand(fleet, team, other_team, h100):
                          start=day - timedelta(days=2), end=day - timedelta(days=1)),
         ]
     )  # fmt: skip
+    idle_hours_rollup(start=day - timedelta(days=2), end=day + timedelta(days=3))
     start, end = day + timedelta(hours=6), day + timedelta(days=3)
     times = [day + timedelta(days=d) for d in range(3)]
     args = {"start": start, "end": end, "times": times, "step": timedelta(days=1)}
@@ -283,6 +285,7 @@ def test_idle_sql_matches_the_portable_path_on_random_intervals(fleet, team, oth
             intervals.append(IdleInterval(gpu=gpu, kind=kind, team=owner, start=t, end=t + length))
             t += length + timedelta(minutes=rng.randint(1, 900))
     IdleInterval.objects.bulk_create(intervals)
+    idle_hours_rollup(start=base, end=base + timedelta(days=10))
     start, end = base + timedelta(days=1, minutes=17), base + timedelta(days=7, hours=3)
     step = timedelta(hours=7)
     times = [start - timedelta(minutes=17) + step * i for i in range(21)]

@@ -18,6 +18,7 @@ from apps.jobs.services import job_submit
 from apps.jobs.transitions import initial_job_status
 from apps.teams.models import Team, User
 from apps.telemetry.choices import IdleKind
+from apps.telemetry.idle import idle_hours_rollup
 from apps.telemetry.models import GpuHourRollup, IdleInterval
 from apps.telemetry.rollups import rollup_team_models
 
@@ -129,6 +130,7 @@ def seed_demo_jobs(*, start: datetime, now: datetime) -> int:
     rng = random.Random(5)
     made = [job for spec in FINISHED_JOBS if (job := _place(spec, now=now, rng=rng))]
     rollup_team_models(start=start, end=now.replace(minute=0, second=0, microsecond=0))
+    idle_hours_rollup(start=start, end=now)  # the jobs took hours out of idle intervals
     slug, username, name, model_name, count, hours = WAITING_JOB
     job_submit(
         actor=User.objects.get(username=username),

@@ -18,6 +18,7 @@ from apps.dashboards.demo.fleet import HISTORY_DAYS
 from apps.fleet.models import Gpu
 from apps.reservations.holdings import bookings_holding
 from apps.telemetry.choices import IdleKind
+from apps.telemetry.idle import idle_hours_rollup
 from apps.telemetry.models import GpuHourRollup, GpuMinuteRollup, GpuSample, IdleInterval
 from apps.telemetry.rollups import rollup_team_models
 
@@ -170,5 +171,6 @@ def seed_dashboard_history(*, now: datetime | None = None, days: int = HISTORY_D
     rollup_team_models(start=first, end=this_hour)
     GpuMinuteRollup.objects.bulk_create(minutes, batch_size=BATCH)
     IdleInterval.objects.bulk_create(idle, batch_size=BATCH)
+    idle_hours_rollup(start=first, end=this_hour)
     GpuSample.objects.bulk_create(samples, batch_size=BATCH, ignore_conflicts=True)
     return len(hours)

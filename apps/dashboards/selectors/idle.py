@@ -28,7 +28,8 @@ def idle_hours(filters: Filters) -> dict:
     """Idle GPU-hours per day (per hour for windows up to a day), by kind and team (by unit
     with group=unit: its teams' hours summed). Unallocated
     idle time belongs to no team: only those who see all teams get it. Summed per step, kind,
-    team and model in SQL (`idle_hours_by_step`): a month of 1,000 GPUs is a few hundred rows."""
+    team and model in SQL (`idle_hours_by_step`, from the hourly idle sums): a month is a few
+    hundred rows whatever the fleet's size."""
     step = timedelta(hours=1) if filters.fine else timedelta(days=1)
     if (filters.end - filters.start) / step > MAX_POINTS:
         step = (filters.end - filters.start) / MAX_POINTS
