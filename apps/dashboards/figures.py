@@ -175,14 +175,15 @@ def idle(filters: Filters) -> dict:
     colourscale = []
     for i, state in enumerate(STATE_ORDER):
         colourscale += [[i / n, STATE_COLOURS[state]], [(i + 1) / n, STATE_COLOURS[state]]]
+    # The cells (z, text: a value and a sentence per GPU) join the figure after plotly has
+    # built it: plotly validates and copies every element of a 2-D array, 0.1-0.2 s of CPU for
+    # 10,000 GPUs, and these plain numbers and strings need none of it.
     heatmap = go.Figure(
         go.Heatmap(
             x=[f"gpu{i}" for i in range(width)],
             y=nodes,
-            z=z,
             zmin=-0.5,
             zmax=n - 0.5,
-            text=text,
             hovertemplate="%{text}<extra></extra>",
             colorscale=colourscale,
             xgap=2,
@@ -198,6 +199,8 @@ def idle(filters: Filters) -> dict:
             "yaxis": {"type": "category", "autorange": "reversed"},
         },
     )
+    heatmap = figure_json(heatmap)
+    heatmap["data"][0] |= {"z": z, "text": text}
     hours = selectors.idle_hours(filters)
     x = _iso(hours["times"])
     over_time = go.Figure(
@@ -242,7 +245,7 @@ def idle(filters: Filters) -> dict:
         "has_idle": bool(hours["series"]),
         "by_kind": by_kind,
         "reclaimed": selectors.reclaimed(filters),
-        "figures": {"gpu-states": figure_json(heatmap), "idle-hours": figure_json(over_time)},
+        "figures": {"gpu-states": heatmap, "idle-hours": figure_json(over_time)},
     }
 
 
