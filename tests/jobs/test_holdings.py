@@ -73,3 +73,51 @@ def test_holders_lists_bookings_and_jobs_of_the_gpus(gpus, team, other_team, mem
         ("job", job.pk, gpus[1].pk, other_team.pk, None),
     ]
     assert holders(NINE, TEN, gpu_ids=[gpus[3].pk]) == []
+
+
+def test_booking_admissions_read_of_running_jobs_is_the_team_s_and_the_model_s_busy_intervals(
+    fleet, h100, team, other_team, member
+):
+    """`booking_job_intervals` (raw SQL) answers what `job_busy_intervals` answers for the
+    team's jobs and for the model's GPUs, with each GPU's team and model: running, dispatched
+    and preempted jobs outside bookings count; finished allocations, queued jobs, jobs inside a
+    booking, other teams' jobs on other models, and jobs that stop before the window do not."""
+    from django.utils import timezone
+
+    from apps.fleet.models import Gpu, GpuModel
+    from apps.jobs.holdings import booking_job_intervals, job_busy_intervals
+
+    now = timezone.now()
+    h100s = list(h100.gpus.order_by("id"))
+    l40s_model = GpuModel.objects.get(name="L40S-48GB")
+    l40s = list(l40s_model.gpus.order_by("id"))
+    window = (now + timedelta(hours=1), now + timedelta(hours=3))
+
+    def job(job_team, status, gpu, *, runtime=86400, start=now, end=None, **fields):
+        j = JobFactory(
+            team=job_team, submitted_by=member, status=status, max_runtime_seconds=runtime,
+            started_at=start, gpu_model=gpu.model, **fields,
+        )  # fmt: skip
+        _allocate(j, gpu, start, end)
+
+    job(team, JobStatus.RUNNING, l40s[0])  # the team's, another model: counts
+    job(team, JobStatus.DISPATCHED, h100s[0])
+    job(other_team, JobStatus.PREEMPTED, h100s[1])  # another team's on the model: counts
+    job(other_team, JobStatus.RUNNING, l40s[1])  # another team's, another model: not
+    job(team, JobStatus.RUNNING, h100s[2], end=now)  # finished allocation
+    job(team, JobStatus.QUEUED, h100s[3])
+    job(team, JobStatus.RUNNING, h100s[4], runtime=600)  # stops before the window
+    job(team, JobStatus.RUNNING, h100s[5], start=window[1])  # starts as the window ends
+    booking = make_booking(team, member, [h100s[6]], now, window[1])
+    job(team, JobStatus.RUNNING, h100s[6], reservation=booking)
+
+    found = booking_job_intervals(start=window[0], end=window[1], team=team, gpu_model=h100)
+    expected = set(job_busy_intervals(start=window[0], end=window[1], team=team)) | set(
+        job_busy_intervals(start=window[0], end=window[1], gpu_model=h100)
+    )
+    assert {(gpu_id, s, e) for gpu_id, _, _, s, e in found} == expected
+    assert {gpu_id for gpu_id, *_ in found} == {l40s[0].pk, h100s[0].pk, h100s[1].pk}
+    owners = {g.pk: g.model.name for g in Gpu.objects.select_related("model")}
+    for gpu_id, team_id, model, _, _ in found:
+        assert model == owners[gpu_id]
+        assert team_id == (other_team.pk if gpu_id == h100s[1].pk else team.pk)

@@ -2,14 +2,20 @@
 
 from datetime import datetime, timedelta
 
+from django.db import connection
 from django.utils import timezone
 
 from apps.fleet.models import Gpu, GpuModel
 from apps.reservations import availability
 from apps.reservations.availability import Interval
-from apps.reservations.holdings import bookings_holding, held_outside_bookings
+from apps.reservations.holdings import (
+    TEAM_HOLDINGS_EXCLUDING_SQL,
+    TEAM_HOLDINGS_SQL,
+    bookings_holding,
+    held_outside_bookings,
+)
 from apps.teams.models import Quota, Team
-from apps.teams.quota_rule import Holdings, QuotaRow, QuotaRule, Verdict
+from apps.teams.quota_rule import Holdings, QuotaRule, Verdict
 from apps.teams.selectors import team_quota_rule
 from portal import queries
 
@@ -54,10 +60,7 @@ def team_holdings(
     bookings' GPUs and its running jobs' GPUs outside bookings (until their maximum runtime).
     ``jobs``: those running jobs' (gpu_model_name, start_s, end_s), when already read."""
     holdings = Holdings()
-    rows = bookings_holding(start, end).filter(reservation__team=team)
-    if exclude_reservation_id is not None:
-        rows = rows.exclude(reservation_id=exclude_reservation_id)
-    for s, e, model in rows.values_list("start", "end", "reservation__gpu_model__name"):
+    for s, e, model in _team_booking_rows(team, start, end, exclude_reservation_id):
         holdings.add(team.slug, model, s, e)
     if jobs is not None:
         for model, s, e in jobs:
@@ -74,6 +77,24 @@ def team_holdings(
             team.slug, models[gpu_id], availability.from_epoch(s), availability.from_epoch(e)
         )
     return holdings
+
+
+def _team_booking_rows(team: Team, start: datetime, end: datetime, exclude_reservation_id):
+    """(start, end, GPU model name) of the active holdings of the team's bookings over [start,
+    end): `holdings.TEAM_HOLDINGS_SQL`, the rule of `bookings_holding`."""
+    ops = connection.ops
+    params = [team.pk, ops.adapt_datetimefield_value(end), ops.adapt_datetimefield_value(start)]
+    sql = TEAM_HOLDINGS_SQL
+    if exclude_reservation_id is not None:
+        sql, params = TEAM_HOLDINGS_EXCLUDING_SQL, [*params, exclude_reservation_id]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()
+    if connection.vendor != "sqlite":
+        return rows
+    # SQLite returns datetimes as text (naive UTC), which the ORM would have converted.
+    convert = ops.convert_datetimefield_value
+    return [(convert(s, None, None), convert(e, None, None), model) for s, e, model in rows]
 
 
 def teams_holdings(*, teams, start: datetime, end: datetime) -> dict[int, Holdings]:
@@ -111,21 +132,14 @@ def quota_verdict(
 ) -> Verdict:
     """The quota rule's answer for ``count`` more GPUs of ``gpu_model`` over [start, end) on top
     of what the team holds then: admitted or not, and how many are above its guarantee.
-    ``quotas``, ``unit_quotas`` (rows and tree, ``teams.selectors.unit_quota_rows``): the
-    rows to apply (booking admission passes them locked); default: read. ``team_jobs``: the
+    ``quotas`` (the team's ``QuotaRow``s), ``unit_quotas`` (rows and tree,
+    ``teams.selectors.unit_quota_rows``): the rows to apply (booking admission passes them
+    locked); default: read. ``team_jobs``: the
     team's running jobs as `team_holdings` takes them, when already read."""
     if quotas is None:
         rule = team_quota_rule(team=team)
     else:
-        rule = QuotaRule(
-            (
-                QuotaRow(
-                    team.slug, q.gpu_model.name if q.gpu_model else None, q.guaranteed, q.limit
-                )
-                for q in quotas
-            ),
-            *(unit_quotas or ([], None)),
-        )
+        rule = QuotaRule(quotas, *(unit_quotas or ([], None)))
     holdings = rule_holdings(
         rule,
         team=team,
