@@ -378,15 +378,14 @@ def export_response(
         )
     else:
         if fmt == ExportFormat.FOCUS:
-            header = focus.focus_columns(focus_version)
-            rows = focus.focus_rows(scope, focus_version)
+            chunks = focus.focus_csv_chunks(scope, focus_version)
             name = f"{name}-focus-{focus_version}"
         else:
             showback = is_showback()
             header = exports.table_columns(scope.level, showback=showback)
-            rows = exports.table_rows(scope)
+            chunks = exports.csv_chunks(header, exports.table_rows(scope))
         response = streaming_download(
-            exports.csv_chunks(header, rows),
+            chunks,
             filename=f"{name}.csv",
             content_type="text/csv; charset=utf-8",
         )

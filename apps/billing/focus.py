@@ -26,10 +26,10 @@ from collections.abc import Iterator
 from datetime import UTC, date, datetime, timedelta
 from decimal import ROUND_HALF_EVEN, Decimal
 from functools import lru_cache
-from itertools import chain
 from typing import NamedTuple
 
 from django.conf import settings
+from django.db import connection
 from django.utils import timezone
 
 from apps.billing.choices import PLATFORM_COST_CENTER, ChargeSource
@@ -40,6 +40,7 @@ from apps.billing.exports import (
     USAGE,
     ExportScope,
     cents,
+    csv_chunks,
     export_lines,
     flag,
     gpu_hours,
@@ -102,19 +103,42 @@ def focus_time(moment: datetime | date) -> str:
 def focus_rows(scope: ExportScope, version: str = DEFAULT_FOCUS_VERSION) -> Iterator[dict]:
     """The rows of a FOCUS export of `scope` (team or all, always at detail level)."""
     context = _Context(scope, version)
-    lines = export_lines(ExportScope(scope.period, scope.team_id, DETAIL))
-    for line in chain(lines, context.powered_off_lines()):  # the latter once the lines are out
-        row = _base_row(context, line)
-        if version == FOCUS_1_2:
-            yield row
-            continue
-        shares = _shares(line)
-        offset, last = 0, len(shares) - 1
-        for number, share in enumerate(shares):
-            # The last share's row is the base row itself: one dict per row, no copies.
-            yield _allocated_row(context, line, row if number == last else dict(row), share, offset)
-            offset += share.seconds
+    for line in export_lines(ExportScope(scope.period, scope.team_id, DETAIL)):
+        yield from _line_rows(context, line, version)
+    yield from powered_off_and_recovery_rows(context, version)
+
+
+def focus_csv_chunks(scope: ExportScope, version: str = DEFAULT_FOCUS_VERSION) -> Iterator[str]:
+    """The FOCUS export of `scope` as CSV text in chunks, header first. PostgreSQL renders the
+    rows itself (`focus_sql`: the same bytes, and Python only passes the text on); elsewhere
+    (SQLite) the csv module writes `focus_rows`."""
+    if connection.vendor == "postgresql":
+        from apps.billing.focus_sql import focus_sql_chunks
+
+        return focus_sql_chunks(scope, version)
+    return csv_chunks(focus_columns(version), focus_rows(scope, version))
+
+
+def powered_off_and_recovery_rows(context: "_Context", version: str) -> Iterator[dict]:
+    """The rows that follow the lines: the GPU-days powered off that no line carried, then
+    the month's recovery rows."""
+    for line in context.powered_off_lines():
+        yield from _line_rows(context, line, version)
     yield from _recovery_rows(context, version)
+
+
+def _line_rows(context: "_Context", line: dict, version: str) -> Iterator[dict]:
+    """The rows of one line: its row in 1.2; in 1.3 a row per share."""
+    row = _base_row(context, line)
+    if version == FOCUS_1_2:
+        yield row
+        return
+    shares = _shares(line)
+    offset, last = 0, len(shares) - 1
+    for number, share in enumerate(shares):
+        # The last share's row is the base row itself: one dict per row, no copies.
+        yield _allocated_row(context, line, row if number == last else dict(row), share, offset)
+        offset += share.seconds
 
 
 def _recovery_rows(context: "_Context", version: str) -> Iterator[dict]:

@@ -41,8 +41,7 @@ def format_totals(period) -> dict[str, dict[str, Decimal]]:
         result[f"json-{level}"] = _by_team((r["team"], r["cost"]) for r in document["rows"])
     scope = exports.ExportScope(period)
     for version in focus.FOCUS_VERSIONS:
-        columns = focus.focus_columns(version)
-        text = "".join(exports.csv_chunks(columns, focus.focus_rows(scope, version)))
+        text = "".join(focus.focus_csv_chunks(scope, version))
         rows = csv.DictReader(io.StringIO(text))
         result[f"focus-{version}"] = _by_team((r["SubAccountId"], r["BilledCost"]) for r in rows)
     with tempfile.NamedTemporaryFile(suffix=".xlsx") as handle:
@@ -184,8 +183,7 @@ def format_parts(period, client=None) -> dict[str, dict[str, dict[str, Decimal]]
         result[f"json-{level}"] = _table_parts(document["rows"])
     scope = exports.ExportScope(period)
     for version in focus.FOCUS_VERSIONS:
-        columns = focus.focus_columns(version)
-        text = "".join(exports.csv_chunks(columns, focus.focus_rows(scope, version)))
+        text = "".join(focus.focus_csv_chunks(scope, version))
         result[f"focus-{version}"] = _focus_parts(csv.DictReader(io.StringIO(text)))
     with tempfile.NamedTemporaryFile(suffix=".xlsx") as handle:
         exports.write_xlsx(scope, handle.name)

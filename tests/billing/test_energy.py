@@ -142,6 +142,24 @@ def test_focus_rows_carry_powered_off_hours_and_energy_saved(node, version):
     assert by_day["2026-11-20"][0]["x_PoweredOffGpuHours"] == 0
 
 
+@pytest.mark.parametrize("version", ["1.2", "1.3"])
+def test_the_exported_focus_csv_carries_powered_off_days_as_focus_rows_do(node, version):
+    """The export as streamed (on PostgreSQL rendered by the database, the powered-off figures
+    handed to it) is every byte of `focus_rows` written by the csv module: the hours on the
+    first unallocated row of a GPU-day, and a row for each day off throughout, after the
+    lines."""
+    from apps.billing import exports, focus
+    from apps.billing.models import BillingPeriod
+
+    power(node, OFF_OVER_A_DAY)
+    meter_interval(start=NOV, end=NOV + timedelta(days=30), now=AFTER_NOV)
+    scope = exports.ExportScope(BillingPeriod.objects.get(month=NOV.date()))
+    columns = focus.focus_columns(version)
+    written = "".join(exports.csv_chunks(columns, focus.focus_rows(scope, version)))
+    assert "powered off (not charged)" in written and ",24.000000," in written
+    assert "".join(focus.focus_csv_chunks(scope, version)) == written
+
+
 @pytest.mark.slow
 def test_powered_off_rows_pass_the_finops_foundation_validator(node, tmp_path, finance_user):
     from apps.billing import exports, focus

@@ -59,8 +59,8 @@ def finance_client(finance_user):
     [
         ({"format": "csv", "level": "detail"}, (exports, "table_rows")),
         ({"format": "json", "level": "detail"}, (exports, "table_rows")),
-        ({"format": "focus", "focus_version": "1.3"}, (focus, "focus_rows")),
-        ({"format": "focus", "focus_version": "1.2"}, (focus, "focus_rows")),
+        ({"format": "focus", "focus_version": "1.3"}, (focus, "focus_csv_chunks")),
+        ({"format": "focus", "focus_version": "1.2"}, (focus, "focus_csv_chunks")),
     ],
 )
 def test_a_stream_failing_part_way_ends_with_an_error_and_aborts(
@@ -90,7 +90,7 @@ def test_a_stream_failing_before_its_first_row_is_a_500_not_an_empty_file(
     november, finance_client, monkeypatch, fmt
 ):
     monkeypatch.setattr(exports, "table_rows", failing_after(0, exports.table_rows))
-    monkeypatch.setattr(focus, "focus_rows", failing_after(0, focus.focus_rows))
+    monkeypatch.setattr(focus, "focus_csv_chunks", failing_after(0, focus.focus_csv_chunks))
     response = finance_client.get(API, {"period": "2026-11", "format": fmt})
     assert response.status_code == 500
     assert "attachment" not in response.get("Content-Disposition", "")
