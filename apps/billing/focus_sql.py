@@ -105,12 +105,22 @@ def _no_jit():
 
 def _money(cents: str) -> str:
     """Cents (an integer) as a Decimal of two places writes them."""
-    return f"(({cents}) * 0.01)::text"
+    return TEXTS.get(("money", cents)) or f"(({cents}) * 0.01)::text"
 
 
 def _micro_text(micro: str) -> str:
     """Millionths (an integer) as a Decimal of six places writes them."""
-    return f"(({micro}) * 0.000001)::text"
+    return TEXTS.get(("micro", micro)) or f"(({micro}) * 0.000001)::text"
+
+
+# Texts a line's rows use more than once, made once per line (the last step): (kind, figure)
+# -> its column.
+TEXTS = {
+    ("money", "c_"): "c_text_", ("money", "hc_"): "hc_text_", ("money", "e_"): "e_text_",
+    ("money", "oc_"): "oc_text_", ("money", "list_"): "list_text_",
+    ("money", "c_ - hc_ - e_"): "busy_text_", ("micro", "q_"): "q_text_",
+    ("micro", "kwh_"): "kwh_text_",
+}  # fmt: skip
 
 
 def _hours_text(seconds: str) -> str:
@@ -141,13 +151,25 @@ def _quoted(text: str) -> str:
 
 
 def _sig28(value: str) -> str:
-    """SQL: a positive numeric rounded to 28 significant digits (Python's decimal context),
-    half-even; 0 stays 0. The magnitude is found by comparison (exact), not by a logarithm."""
-    places = " ".join(
-        f"WHEN {value} >= 1e{power} THEN {27 - power}" for power in range(12, -21, -1)
+    """SQL: a numeric (positive, or NULL) rounded to 28 significant digits (Python's decimal
+    context), half-even. The magnitude is found by comparison (exact, not a logarithm), in a
+    binary search over 1e-20 .. 1e12."""
+    scale = _scale_of(value, list(range(12, -21, -1)))
+    rounded = _half_even(value, scale)
+    return f"CASE WHEN {value} IS NULL OR {value} <= 0 THEN {value} ELSE {rounded} END"
+
+
+def _scale_of(value: str, powers: list[int]) -> str:
+    """SQL: the decimals that keep 28 significant digits of `value`, whose magnitude is one of
+    `powers` (descending; below the last: that one's)."""
+    if len(powers) == 1:
+        return str(27 - powers[0])
+    middle = len(powers) // 2
+    upper, lower = powers[:middle], powers[middle:]
+    return (
+        f"(CASE WHEN {value} >= 1e{upper[-1]} THEN {_scale_of(value, upper)} "
+        f"ELSE {_scale_of(value, lower)} END)"
     )
-    scale = f"(CASE {places} ELSE 48 END)"
-    return f"CASE WHEN {value} <= 0 THEN {value} ELSE {_half_even(value, scale)} END"
 
 
 def _half_even(value: str, scale: str) -> str:
@@ -209,6 +231,14 @@ STEPS = (
     f"""LEAST(({_half_even("idle_energy_", "2")}) * 100, e_)::bigint AS ie_,
     (({_half_even("idle_kwh_", "6")}) * 1000000)::bigint AS ik_""",
 )
+
+
+def _texts_step() -> str:
+    texts = [
+        f"(({figure}) * {'0.01' if kind == 'money' else '0.000001'})::text AS {column}"
+        for (kind, figure), column in TEXTS.items()
+    ]
+    return ", ".join(texts)
 
 
 def _stepped(source: str, steps: tuple[str, ...]) -> str:
@@ -275,6 +305,7 @@ class _Query:
         steps = (
             f"{LOOKUPS.format(off=lookup)}, {self._charge_periods()},\n    {STEPS[0]}",
             *STEPS[1:],
+            _texts_step(),
         )
         off_key = (
             "CASE WHEN off_ IS NOT NULL THEN gpu_uuid || '|' || day END" if off else "NULL::jsonb"
