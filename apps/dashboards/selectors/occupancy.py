@@ -6,6 +6,14 @@ from apps.dashboards.selectors.filters import Filters
 from apps.jobs.holdings import allocations_holding
 from apps.reservations.holdings import bookings_holding
 
+# What a GPU is called on the chart (`Gpu.__str__`), read as columns: building the GPU, node,
+# booking and team of 5,000 bars as model instances took about 0.3 s of CPU.
+GPU_COLUMNS = ("gpu__node__hostname", "gpu__index", "gpu__mig_parent_id", "gpu__mig_profile")
+
+
+def _gpu_name(hostname: str, index: int, mig_parent_id: int | None, mig_profile: str) -> str:
+    return f"{hostname}/gpu{index}" + (f" MIG {mig_profile}" if mig_parent_id else "")
+
 
 def occupancy(filters: Filters) -> list[dict]:
     """Bookings and jobs on each GPU in the window, for the user's visible teams; `team` is
@@ -16,15 +24,17 @@ def occupancy(filters: Filters) -> list[dict]:
     )
     if filters.gpu_model:
         holdings = holdings.filter(gpu__model=filters.gpu_model)
-    for h in holdings.select_related("gpu__node", "reservation__team")[:5000]:
+    for *gpu, slug, reservation_id, start, end in holdings.values_list(
+        *GPU_COLUMNS, "reservation__team__slug", "reservation_id", "start", "end"
+    )[:5000]:
         items.append(
             {
-                "gpu": str(h.gpu),
+                "gpu": _gpu_name(*gpu),
                 "kind": "booking",
-                "team": filters.label(h.reservation.team.slug),
-                "label": f"booking #{h.reservation_id}",
-                "start": max(h.start, filters.start),
-                "end": min(h.end, filters.end),
+                "team": filters.label(slug),
+                "label": f"booking #{reservation_id}",
+                "start": max(start, filters.start),
+                "end": min(end, filters.end),
             }
         )
     now = timezone.now()
@@ -33,15 +43,17 @@ def occupancy(filters: Filters) -> list[dict]:
     )
     if filters.gpu_model:
         allocations = allocations.filter(gpu__model=filters.gpu_model)
-    for a in allocations.select_related("gpu__node", "job__team")[:5000]:
+    for *gpu, slug, job_id, name, start, end in allocations.values_list(
+        *GPU_COLUMNS, "job__team__slug", "job_id", "job__name", "start", "end"
+    )[:5000]:
         items.append(
             {
-                "gpu": str(a.gpu),
+                "gpu": _gpu_name(*gpu),
                 "kind": "job",
-                "team": filters.label(a.job.team.slug),
-                "label": f"job #{a.job_id} {a.job.name}",
-                "start": max(a.start, filters.start),
-                "end": min(a.end or now, filters.end),
+                "team": filters.label(slug),
+                "label": f"job #{job_id} {name}",
+                "start": max(start, filters.start),
+                "end": min(end or now, filters.end),
             }
         )
     return items
