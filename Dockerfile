@@ -50,4 +50,7 @@ RUN useradd --system --uid 10001 --user-group --home-dir /app --no-create-home p
 USER portal
 
 EXPOSE 8000
+# gunicorn's sync workers (it reads WEB_CONCURRENCY; its own default of one worker serialises
+# every request). Override per host: gunicorn advises 2 x cores + 1.
+ENV WEB_CONCURRENCY=4
 CMD ["gunicorn", "portal.wsgi:application", "--bind", "0.0.0.0:8000", "--access-logfile", "-"]

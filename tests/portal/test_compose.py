@@ -14,6 +14,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -161,6 +162,26 @@ def test_web_migrates_then_serves_portal_wsgi_with_gunicorn_and_checks_healthz(c
     url = re.search(r"http://localhost:8000(/\S*?)['\"]", probe).group(1)
     assert url == "/healthz"
     assert resolve(url).url_name == "healthz"
+
+
+def test_web_runs_several_gunicorn_workers_unless_told_otherwise(compose):
+    """gunicorn alone starts one sync worker, which makes every request wait for the one before
+    it; compose passes WEB_CONCURRENCY, which gunicorn reads (when it starts) as its worker
+    count."""
+    value = environment_of(service(compose, "web"))["WEB_CONCURRENCY"]
+    default = re.fullmatch(r"\$\{WEB_CONCURRENCY:-(\d+)\}", value).group(1)
+
+    def workers(environment: dict) -> int:
+        probe = "from gunicorn.config import Config; print(Config().workers)"
+        return int(
+            subprocess.run(
+                [sys.executable, "-c", probe], env=environment, capture_output=True, check=True
+            ).stdout
+        )
+
+    without = {key: val for key, val in os.environ.items() if key != "WEB_CONCURRENCY"}
+    assert workers({**without, "WEB_CONCURRENCY": default}) == int(default) > 1
+    assert workers(without) == 1
 
 
 def test_worker_runs_the_portal_celery_app_on_the_portal_queue(compose):
