@@ -42,6 +42,7 @@ RESERVATION, JOB, UNALLOCATED, ADJUSTMENT = (
 
 # Lines fetched at once: a 1.3 line is up to two rows of about 1 kB of text.
 FETCH_LINES = 500
+SORT_MEMORY = "64MB"  # PostgreSQL's work_mem for the export's query
 
 
 class _Echo:
@@ -65,7 +66,7 @@ def focus_sql_chunks(scope: ExportScope, version: str) -> Iterator[str]:
     head = _WRITER.writerow(columns)
     carried = set()
     buffer, size = [], 0
-    with _no_jit(), connection.chunked_cursor() as cursor:
+    with _query_settings(), connection.chunked_cursor() as cursor:
         cursor.execute(sql, params)
         while batch := cursor.fetchmany(FETCH_LINES):
             if head:  # the header comes with the first line alone (`exports.csv_chunks`)
@@ -91,16 +92,18 @@ def focus_sql_chunks(scope: ExportScope, version: str) -> Iterator[str]:
 
 
 @contextmanager
-def _no_jit():
-    """The query without PostgreSQL's JIT compilation: its many expressions took seconds to
-    compile (more than a month of 200 GPUs takes to run), and each is cheap to interpret."""
+def _query_settings():
+    """The query without PostgreSQL's JIT compilation (its many expressions took seconds to
+    compile, more than a month of 200 GPUs takes to run, and each is cheap to interpret), and
+    with room for the sorts of the lines in memory (a month of 2,000 GPUs: ~30 MB each, which
+    spilled to disk; 12 % faster)."""
     with connection.cursor() as cursor:
-        cursor.execute("SET jit = off")
+        cursor.execute(f"SET jit = off; SET work_mem = '{SORT_MEMORY}'")
     try:
         yield
     finally:
         with connection.cursor() as cursor:
-            cursor.execute("RESET jit")
+            cursor.execute("RESET jit; RESET work_mem")
 
 
 def _money(cents: str) -> str:
