@@ -10,10 +10,10 @@ import os
 os.environ.setdefault("DJANGO_DEBUG", "1")
 
 from portal.settings import *  # noqa: E402,F403
-from portal.settings import env  # noqa: E402
+from portal.settings import env, with_engine_options  # noqa: E402
 
 TEST_DATABASE_URL = env.str("TEST_DATABASE_URL", default="postgres://postgres@127.0.0.1:5432/test")
-DATABASES = {"default": env.db_url_config(TEST_DATABASE_URL)}
+DATABASES = {"default": with_engine_options(env.db_url_config(TEST_DATABASE_URL))}
 DATABASES["default"]["TEST"] = {"NAME": env.str("TEST_DATABASE_NAME", default="portal_test")}
 
 REDIS_URL = env.str("REDIS_URL", default="redis://127.0.0.1:6379/0")
