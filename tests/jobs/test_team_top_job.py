@@ -80,10 +80,11 @@ def test_nothing_is_kept_back_when_no_reclaim_could_start_the_first_job():
 
 
 def test_the_replay_measures_how_long_a_waiting_job_had_the_unused_guarantee():
-    """Y is within vision's guarantee at submission but has the room only until vision's
-    X starts (the reclaim of the lender's job lands at its minimum runtime); it gets it back
-    when X ends. Its guarantee wait counts from submission to start, its time in the room only
-    the minutes the guarantee had room for it."""
+    """Y is within vision's guarantee at submission, but vision's X, ahead of it, waits for
+    2 of the 4 GPUs and then runs in them (the reclaim of the lender's job lands at its
+    minimum runtime): Y never has the room beside X, and starts when X ends. Its guarantee
+    wait counts from submission to start, its time in the room only what the guarantee had
+    for it after X's share: none."""
     gpus = parse_fleet("1x4:A")
     quotas = [TeamQuota("lender", "A", 0, 4), TeamQuota("vision", "A", 4, 4)]
     jobs = [
@@ -96,8 +97,29 @@ def test_the_replay_measures_how_long_a_waiting_job_had_the_unused_guarantee():
     x, y = rows[2], rows[3]
     assert x["first_start"] == MIN_RUNTIME and x["guarantee_room_wait"] == MIN_RUNTIME - 100
     assert y["within_guarantee"] and y["first_start"] == MIN_RUNTIME + 600
-    assert y["guarantee_room_wait"] == MIN_RUNTIME - 200  # not its 2,200 s wait
+    assert y["guarantee_room_wait"] == 0.0  # not its 2,200 s wait
     metrics = team_metrics(result, quotas)
-    assert metrics.teams["vision"].room_wait_jobs == 2
+    assert metrics.teams["vision"].room_wait_jobs == 1
     assert metrics.room_wait_max == MIN_RUNTIME - 100
     assert metrics.teams["lender"].room_wait_jobs == 0
+
+
+def test_of_a_teams_backlog_only_its_first_job_has_the_room_until_it_starts():
+    """The lender's 4 GPUs fill the node; vision (guarantee 4) queues two 4-GPU jobs. Each
+    fits the unused guarantee alone, but the room is the first one's until it starts (the
+    reclaim, at the lender's minimum runtime); the second has it only from then on (the
+    first runs in it, so not at all until the first ends), not from its own submission."""
+    gpus = parse_fleet("1x4:A")
+    quotas = [TeamQuota("lender", "A", 0, 4), TeamQuota("vision", "A", 4, 4)]
+    jobs = [
+        TraceJob(1, 0, 10_000, 4, "lender"),
+        TraceJob(2, 100, 600, 4, "vision"),
+        TraceJob(3, 200, 600, 4, "vision"),
+    ]
+    rows = rows_of(simulate(jobs, gpus, quotas, "fairshare"))
+    first, second = rows[2], rows[3]
+    assert first["within_guarantee"] and second["within_guarantee"]
+    assert first["first_start"] == MIN_RUNTIME
+    assert first["guarantee_room_wait"] == MIN_RUNTIME - 100
+    assert second["first_start"] == MIN_RUNTIME + 600
+    assert second["guarantee_room_wait"] == 0.0  # was MIN_RUNTIME - 200, as the first's

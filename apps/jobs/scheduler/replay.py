@@ -23,9 +23,10 @@ wait (submit to final start) average / p50 / p95, slowdown ((end - submit) / dur
 floored at 10 s), fairness = Jain's index over per-team average slowdown, preemptions and
 GPU-hours lost; per team: jobs, average and p95 wait, average slowdown, GPU-hours, and hours
 spent below its guarantee while it had queued work; per job the time it waited with its team's
-unused guarantee fitting it (``room_clock``); queue length over time; one row per job
-(``job_rows``, see ``JOB_COLUMNS``); fully idle node-hours and, with ``power_saving``, node-hours
-powered off, energy saved and power cycles (``replay_power``).
+unused guarantee fitting it after the team's waiting jobs ahead of it (``room_clock``); queue
+length over time; one row per job (``job_rows``, see ``JOB_COLUMNS``); fully idle node-hours
+and, with ``power_saving``, node-hours powered off, energy saved and power cycles
+(``replay_power``).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from apps.fleet.power_rules import PowerSaving
-from apps.jobs.scheduler.config import SchedulerConfig, running_from
+from apps.jobs.scheduler.config import SchedulerConfig, queue_order_key, running_from
 from apps.jobs.scheduler.core import Engine, schedule
 from apps.jobs.scheduler.quota_file import OrgUnits
 from apps.jobs.scheduler.quotas import QuotaBook
@@ -83,7 +84,7 @@ class _JobRecord:
     attained: float = 0.0  # GPU-seconds run in all attempts so far
     within_guarantee: bool = False  # see JOB_COLUMNS
     room_wait: float = 0.0  # see JOB_COLUMNS
-    room_mark: float | None = None  # its ``GuaranteeRoomClock`` reading when it came
+    room_key: tuple | None = None  # its place in its team's order, as ``GuaranteeRoomClock``
     turn: float | None = None  # its turn in its team's queue (``UserClock``), set on arrival
     reclaim_since: float | None = None  # see ``QueuedJob.reclaim_since``
 
@@ -194,6 +195,7 @@ class _Replay:
         self.book = QuotaBook(quotas, units.rows, units.tree)
         self.models = sorted({g.model for g in gpus})
         self.room_clock = GuaranteeRoomClock(self.book, self.models)
+        self.queue_order = queue_order_key(policy)
         self.queued_per_team: dict[str, int] = defaultdict(int)
         self.below: set[str] = set()
         self.below_seconds: dict[str, float] = defaultdict(float)
@@ -274,8 +276,8 @@ class _Replay:
         rec.reclaim_since = None
         if rec.first_start is None:
             rec.first_start = at
-            if rec.room_mark is not None:
-                rec.room_wait = self.room_clock.started(j.team, j.model, j.gpus, rec.room_mark, at)
+            if rec.room_key is not None:
+                rec.room_wait = self.room_clock.started(j.team, j.model, rec.room_key, at)
         rec.final_start = at
         # The attempt number tells a stale end (of an attempt since preempted) from this one.
         heapq.heappush(self.ends, (at + j.duration - rec.done, j.job_id, rec.attempts))
@@ -355,8 +357,6 @@ class _Replay:
             while i < count and arrivals[i].submit <= now:
                 rec = arriving[i]
                 rec.within_guarantee = self.within_guarantee(rec.job)
-                j = rec.job
-                rec.room_mark = self.room_clock.wait(j.team, j.model, j.gpus, now)
                 if self.user_clock is not None and rec.job.user is not None:
                     j = rec.job
                     rec.turn = self.user_clock.turn(
@@ -367,6 +367,10 @@ class _Replay:
                         self.guaranteed.get(j.team, 0),
                     )
                 enqueue(rec)
+                # the team's order of first waits: the scheduler's order of the job as it comes
+                j = rec.job
+                rec.room_key = self.queue_order(self.queue[j.job_id])
+                self.room_clock.wait(j.team, j.model, j.gpus, rec.room_key, now)
                 if rec.within_guarantee and self.reclaims:
                     self._wake_after_patience(rec.job.job_id, now)
                 i += 1

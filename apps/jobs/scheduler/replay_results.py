@@ -26,7 +26,8 @@ JOB_COLUMNS = (
     "gpu_seconds_lost",
     "model",  # the model it asked for; empty: any model
     "within_guarantee",  # at submit, the team's GPUs of its model + the job's <= guarantee
-    # seconds from submit to first start during which that held (``room_clock``)
+    # seconds from submit to first start during which the team's unused guarantee of its model
+    # had room for it after the team's waiting jobs ahead of it in its order (``room_clock``)
     "guarantee_room_wait",
 )
 

@@ -1,66 +1,92 @@
 """How long a waiting job actually had its team's unused guarantee (``GuaranteeRoomClock``):
-the time from its submission to its first start during which the team's running GPUs of its
-model plus the job's fit the team's guarantee. A job counted within its guarantee at
-submission may have had that room for minutes only (the team's own work filled it), and a job
-counted outside may have had it for hours (the team's work ended): this says which waits a
-reclaim was owed. Pure Python, used by the trace replayer."""
+the time from its submission to its first start during which the team's unused guarantee of
+its model had room for it after the team's waiting jobs ahead of it in the team's own order
+(the scheduler's queue order) took theirs. A job counted within its guarantee at submission
+may have had that room for minutes only (the team's own work filled it), and a job counted
+outside may have had it for hours (the team's work ended); and of a team's backlog of jobs
+that each fit the guarantee alone, only those the room covers together with the jobs ahead
+of them have it, as the scheduler keeps the room for the team's first job within its
+guarantee (``Engine._hold``), not for its later ones. This says which waits a reclaim was
+owed. Pure Python, used by the trace replayer."""
 
 from __future__ import annotations
 
+from bisect import bisect_left, insort
+
 from apps.jobs.scheduler.quotas import QuotaBook
+
+# A waiting job: [its key in the team's order, GPUs, seconds had, since (None: stopped)]
+KEY, GPUS, SECONDS, SINCE = range(4)
 
 
 class GuaranteeRoomClock:
-    """Per team and job shape (model or None for any model, GPUs) a clock that runs while the
-    shape fits the team's unused guarantee; a job reads it when it starts waiting and when it
-    first starts. Shapes are re-checked when their team's holdings change (every team's, with
-    unit rows: another team's GPUs change a unit's room)."""
+    """Per team and model (None: a job of any model) the team's waiting jobs in its own
+    order, each with a clock that runs while the job has the room: walking them in order, a
+    job has it when its GPUs fit what the unused guarantee has left after the earlier jobs
+    that have it (a job ahead that does not fit takes nothing, as the scheduler keeps the
+    room for the team's first job that fits). The walk stops where nothing is left: a team
+    without unused guarantee costs one room lookup whatever its backlog. Groups
+    are re-checked when their team's holdings change (every team's, with unit rows: another
+    team's GPUs change a unit's room) and when a job joins or leaves them."""
 
     def __init__(self, book: QuotaBook, models: list[str]) -> None:
         self.book = book
         self.models = models
-        # team -> (model, gpus) -> [seconds run before ``since``, since (None: stopped), jobs]
-        self.clocks: dict[str, dict[tuple[str | None, int], list]] = {}
+        # team -> model -> (waiting jobs in order, the jobs among them whose clock runs)
+        self.groups: dict[str, dict[str | None, tuple[list[list], list[list]]]] = {}
 
-    def _fits(self, team: str, model: str | None, gpus: int) -> bool:
+    def _room(self, team: str, model: str | None) -> int:
         room = self.book.room
-        return any(
-            gpus <= room(team, m, guarantee=True) for m in ([model] if model else self.models)
-        )
+        if model:
+            return room(team, model, guarantee=True)
+        return max((room(team, m, guarantee=True) for m in self.models), default=0)
 
-    def wait(self, team: str, model: str | None, gpus: int, now: float) -> float:
-        """A job of this shape starts waiting: the reading to pass to ``started``."""
-        shapes = self.clocks.setdefault(team, {})
-        clock = shapes.get((model, gpus))
-        if clock is None:
-            since = now if self._fits(team, model, gpus) else None
-            clock = shapes[(model, gpus)] = [0.0, since, 0]
-        clock[2] += 1
-        return clock[0] + (now - clock[1] if clock[1] is not None else 0.0)
+    def wait(self, team: str, model: str | None, gpus: int, key: tuple, now: float) -> None:
+        """A job starts waiting; ``key``: its place in the team's order (unique per job)."""
+        group = self.groups.setdefault(team, {}).setdefault(model, ([], []))
+        insort(group[0], [key, gpus, 0.0, None])
+        self._check(team, model, group, now)
 
-    def started(self, team: str, model: str | None, gpus: int, mark: float, now: float) -> float:
-        """A job that waited since reading ``mark`` starts: the seconds it had the room."""
-        shapes = self.clocks[team]
-        clock = shapes[(model, gpus)]
-        seconds = clock[0] + (now - clock[1] if clock[1] is not None else 0.0) - mark
-        clock[2] -= 1
-        if not clock[2]:
-            del shapes[(model, gpus)]
+    def started(self, team: str, model: str | None, key: tuple, now: float) -> float:
+        """The job waiting under ``key`` first starts: the seconds it had the room."""
+        shapes = self.groups[team]
+        group = shapes[model]
+        jobs, running = group
+        job = jobs.pop(bisect_left(jobs, [key]))
+        seconds = job[SECONDS]
+        if job[SINCE] is not None:
+            seconds += now - job[SINCE]
+            running.remove(job)
+        if not jobs:
+            del shapes[model]
+        # the jobs behind it are re-checked by ``changed`` once its GPUs are taken
         return seconds
 
     def changed(self, team: str, now: float) -> None:
         """The team's holdings changed (call after the quota book was told)."""
-        if self.book.rule.has_unit_rows:
-            for other in self.clocks:
-                self._check(other, now)
-        else:
-            self._check(team, now)
+        teams = self.groups if self.book.rule.has_unit_rows else (team,)
+        for other in teams:
+            for model, group in self.groups.get(other, {}).items():
+                self._check(other, model, group, now)
 
-    def _check(self, team: str, now: float) -> None:
-        for (model, gpus), clock in self.clocks.get(team, {}).items():
-            fits = self._fits(team, model, gpus)
-            if fits and clock[1] is None:
-                clock[1] = now
-            elif not fits and clock[1] is not None:
-                clock[0] += now - clock[1]
-                clock[1] = None
+    def _check(self, team: str, model: str | None, group: tuple, now: float) -> None:
+        jobs, running = group
+        left = self._room(team, model)
+        having = []
+        if left > 0:
+            for job in jobs:
+                if job[GPUS] <= left:
+                    having.append(job)
+                    left -= job[GPUS]
+                    if not left:
+                        break
+        if having == running:
+            return
+        for job in running:
+            if not any(job is h for h in having):
+                job[SECONDS] += now - job[SINCE]
+                job[SINCE] = None
+        for job in having:
+            if job[SINCE] is None:
+                job[SINCE] = now
+        running[:] = having

@@ -8,9 +8,11 @@ returns a ``TeamMetrics``: per team and overall,
   of the job's model plus the job's GPUs fit its guarantee), first start - submit: p50, p99,
   worst and the share of jobs that waited more than 30 minutes;
 * *time in the unused guarantee*: over the team's jobs that had it while waiting, the seconds
-  from submit to first start during which the team's running GPUs of the job's model plus the
-  job's fit its guarantee (``room_clock``; not decided once at submit): p99, worst and the
-  share above 30 minutes. A reclaim owes a start within its delay to exactly this time;
+  from submit to first start during which the team's unused guarantee of the job's model had
+  room for it after the team's waiting jobs ahead of it in the team's order took theirs
+  (``room_clock``; not decided once at submit; of a backlog of same-size jobs, only those the
+  room covers together with the jobs ahead): p99, worst and the share above 30 minutes. A
+  reclaim owes a start within its delay to exactly this time;
 * *sharing incentive*: over the team's jobs no larger than its guarantee, the average JCT in the
   replay against the same jobs replayed alone on the team's guaranteed GPUs (``alone_jct``:
   greedy FIFO); a team is *worse off* when shared > alone + 0.5 h;
@@ -145,6 +147,7 @@ class _Job:
     first_start: float | None
     within_guarantee: bool
     room_wait: float = 0.0  # seconds waited with the team's unused guarantee fitting it
+    # after the team's waiting jobs ahead of it (``room_clock``)
 
 
 def alone_jct(jobs: list[_Job], pools: dict[tuple, int]) -> dict[int, float]:
@@ -362,7 +365,8 @@ def format_team_metrics(metrics: dict[str, TeamMetrics]) -> str:
             + f"; rho worst {worst}, > 1.05 {m.rho_late_share:.1%}"
         )
         lines.append(
-            f"    time waited with the team's unused guarantee fitting the job: p99 "
+            f"    time waited with the team's unused guarantee fitting the job after the team's "
+            f"jobs ahead of it: p99 "
             f"{m.room_wait_p99 / 60:.1f} min, worst {m.room_wait_max / 3600:.1f} h, > 30 min "
             f"{m.room_wait_late_share:.1%} of {m.room_wait_jobs:,} jobs"
         )
