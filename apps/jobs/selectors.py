@@ -62,7 +62,6 @@ PENDING_REASON_LABELS = {
     PendingReason.RECLAIMING_GUARANTEE: "Reclaiming the team's guarantee",
     PendingReason.POWERING_UP: "A node is powering up",
     PendingReason.TEAM_JOB_FIRST: "The team's first job first",
-    PendingReason.GANG_BORROW_LIMIT: "Too large and long to borrow GPUs",
 }
 ANY_MODEL_LABEL = "Any model"
 

@@ -60,16 +60,6 @@ class SchedulerConfig:
     # spends whole free nodes on borrowed 1-GPU jobs and more multi-node gangs are preempted
     # (GPU-hours lost about 3 x); on the Alibaba pod list it cuts them by a third.
     pack_borrowed: bool = False
-    # A multi-node gang that restarts from scratch starts on borrowed GPUs (beyond its team's
-    # unused guarantee) only while borrowed GPUs x its max runtime stay within this many
-    # GPU-hours: four 8-GPU node-days. Stopped by a reclaim, such a gang throws away all its
-    # GPUs' work. With the usual limits (1 h, 4 h, 24 h, 72 h) this holds back gangs that
-    # would borrow more than 32 GPUs for a day, or more than 10 for three days; one
-    # node-day (192) also held back day-long 16- and 32-GPU gangs, which then waited long
-    # for their guarantee (synthetic bench trace: GPU-hours lost up, JCT 1.21 x the oracle).
-    # Gangs still start within the guarantee, and borrow when the team is never guaranteed
-    # that many GPUs (else they would never start).
-    borrowed_gang_max_gpu_hours: float = 768.0
     # Time a preempted job gets to stop (SIGTERM -> SIGKILL); used for estimates only.
     grace_seconds: float = 30.0
     # Write a message and an estimated start for every pending job. The replayer turns it

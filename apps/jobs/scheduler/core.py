@@ -75,7 +75,7 @@ from apps.jobs.scheduler.config import (
 )
 from apps.jobs.scheduler.drain import DrainMixin
 from apps.jobs.scheduler.explain import ExplainMixin
-from apps.jobs.scheduler.modes import BASELINE, GUARANTEE, SPARE, Candidate
+from apps.jobs.scheduler.modes import BASELINE, GUARANTEE, Candidate
 from apps.jobs.scheduler.pool import FreePool
 from apps.jobs.scheduler.preemption import PreemptionMixin
 from apps.jobs.scheduler.queue import QueueMixin
@@ -399,17 +399,7 @@ class Engine(QueueMixin, BaselineMixin, SpareMixin, DrainMixin, PreemptionMixin,
         top job keeps room (``hold``, see ``_unheld``) or the team has bookings ahead
         (``window``; never both); then those queued before ``before`` (a candidate found
         already) whose whole run fits beside them, found lazily: the head pass needs the
-        first, a backfill no more than it tries. In the spare pass, a multi-node gang bucket
-        leaves out the gangs that may not borrow (``_gangs_may_borrow``)."""
-        allowed = self._quota_runs_of(entries, model, mode, window, before, hold, count)
-        if allowed is None or mode != SPARE or count <= self.pool.largest[model]:
-            return allowed
-        team = self.queued[entries[0][1]].team
-        return self._gangs_may_borrow(team, model, count, allowed[1])
-
-    def _quota_runs_of(
-        self, entries: list, model: str, mode: str, window: bool, before, hold, count: int
-    ) -> tuple[tuple, Iterable[tuple]] | None:
+        first, a backfill no more than it tries."""
         if not window:
             if hold is not None:
                 return self._unheld(hold, model, count, entries)
@@ -444,43 +434,6 @@ class Engine(QueueMixin, BaselineMixin, SpareMixin, DrainMixin, PreemptionMixin,
             self.now + job.max_runtime,
             self.config.grace_seconds,
             guarantee=mode == GUARANTEE,
-        )
-
-    def _borrow_limit(self, team: str, model: str, count: int) -> tuple[int, float] | None:
-        """For a multi-node gang of ``count`` GPUs of the team: the GPUs it would borrow
-        (beyond the team's unused guarantee) and the longest max runtime with which a gang
-        that restarts from scratch may start on them (``borrowed_gang_max_gpu_hours``);
-        None when it borrows nothing, or when the team is never guaranteed that many GPUs
-        (waiting for the guarantee would never end)."""
-        borrowed = count - max(0, self.quotas.room(team, model, guarantee=True))
-        if borrowed <= 0:
-            return None
-        if count > self.quotas.rule.binding_ceiling(team, model, guarantee=True).gpus:
-            return None
-        return borrowed, self.config.borrowed_gang_max_gpu_hours * 3600.0 / borrowed
-
-    def _gangs_may_borrow(self, team: str, model: str, count: int, runs):
-        """``_quota_runs`` (``runs`` from its first) for the spare pass and a multi-node
-        gang bucket: without the gangs that would lose too much when a reclaim stops them
-        (``_borrow_limit``)."""
-        runs = iter(runs)
-        limit = self._borrow_limit(team, model, count)
-        if limit is None:
-            first = next(runs)
-            return first, chain((first,), runs)
-        longest = limit[1]
-        queued = self.queued
-        kept = (e for e in runs if not self._gang_held(queued[e[1]], longest))
-        first = next(kept, None)
-        return None if first is None else (first, chain((first,), kept))
-
-    @staticmethod
-    def _gang_held(job: QueuedJob, longest: float) -> bool:
-        """Whether the gang waits for its guarantee rather than borrow for ``longest``."""
-        return (
-            not job.checkpointable
-            and job.priority_class == PriorityClass.OVER_QUOTA
-            and job.max_runtime > longest
         )
 
     def _head_candidate(self, key: tuple, entry: tuple, model: str) -> Candidate:

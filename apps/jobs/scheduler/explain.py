@@ -44,7 +44,6 @@ class ExplainMixin:
         # Nothing changes while explaining: order the models once.
         self._frozen_models = self._models_for(None)
         append = self.decision.pending.append
-        biggest = max(self.pool.largest.values(), default=0)
         for job in self.queued.values():
             if job.job_id in waiting:
                 continue
@@ -60,8 +59,6 @@ class ExplainMixin:
                     job.max_runtime if job.team in self.quotas.later else None,
                     # jobs of one shape before and after their team's top job differ
                     self._held_back(job) is not None if self.policy == "fairshare" else None,
-                    # a multi-node gang's borrow limit reads its runtime and checkpointing
-                    (job.max_runtime, job.checkpointable) if job.gpu_count > biggest else None,
                 )
                 if why not in reasons:
                     reasons[why] = self._why(job, fits_cache)
@@ -125,9 +122,6 @@ class ExplainMixin:
                 f"{gpu_count(top.job.gpu_count, top.model)} of the team's guarantee, and this "
                 "job would leave it too few.",
             )
-        gang = self._gang_borrow_reason(job, models) if self.policy == "fairshare" else None
-        if gang is not None:
-            return gang
         if self.policy == "fairshare" and any(
             self.initial_totals.get(m, 0) >= job.gpu_count
             and self.pool.total.get(m, 0) < job.gpu_count
@@ -164,31 +158,6 @@ class ExplainMixin:
             PendingReason.NO_CAPACITY,
             f"Only {gpu_count(free, model)} {'is' if free == 1 else 'are'} free; "
             f"the job needs {job.gpu_count}.",
-        )
-
-    def _gang_borrow_reason(self, job: QueuedJob, models: list[str]):
-        """A multi-node gang that restarts from scratch and may not start on borrowed GPUs
-        on any of its models (``Engine._borrow_limit``): how much it would borrow and the
-        limit, in GPU-days; None otherwise."""
-        if job.checkpointable or job.priority_class != PriorityClass.OVER_QUOTA:
-            return None
-        worst = None
-        for m in models:
-            if job.gpu_count <= self.pool.largest[m]:
-                return None
-            limit = self._borrow_limit(job.team, m, job.gpu_count)
-            if limit is None or job.max_runtime <= limit[1]:
-                return None
-            worst = limit[0] if worst is None else min(worst, limit[0])
-        if worst is None:
-            return None
-        days = worst * job.max_runtime / 86400.0
-        cap = self.config.borrowed_gang_max_gpu_hours / 24.0
-        return (
-            PendingReason.GANG_BORROW_LIMIT,
-            f"This multi-node job restarts from scratch if stopped: it would borrow {worst} "
-            f"GPUs beyond team {job.team}'s guarantee for up to {days:g} GPU-days; limit "
-            f"{cap:g}. It starts when the team's guarantee has room for it.",
         )
 
     def _quota_reason(

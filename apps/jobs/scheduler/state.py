@@ -36,9 +36,6 @@ class PendingReason(StrEnum):
     POWERING_UP = "powering_up"
     # its team's first job within the guarantee waits for a reclaim and needs the room left
     TEAM_JOB_FIRST = "team_job_first"
-    # a multi-node gang that restarts from scratch would borrow more GPU-hours than
-    # ``SchedulerConfig.borrowed_gang_max_gpu_hours``: it waits for its team's guarantee
-    GANG_BORROW_LIMIT = "gang_borrow_limit"
 
 
 @dataclass(frozen=True, slots=True)
