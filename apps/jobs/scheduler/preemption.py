@@ -71,10 +71,6 @@ class PreemptionMixin:
                 heapq.heappush(heap, (cand.key, team))
                 continue
             self._reclaim_since(cand.job)  # its reclaim clock runs from now on, if not yet
-            if self._place_if_free(cand):
-                preempted = True
-                self._push_next(heap, team)
-                continue
             # A job that could not start by preempting on a model still cannot there until
             # GPUs come back or another victim passes the minimum runtime (losses only grow
             # meanwhile). On another model it may: its team's own placements (quota left) or
@@ -102,24 +98,11 @@ class PreemptionMixin:
                 self._team_retry[team] = self._retry_at(cand, until)
                 continue  # the team's oldest job cannot start by preempting; try no further
             preempted = True
-            self._push_next(heap, team)
+            cand = self._candidate(team, GUARANTEE, fitting=False)
+            if cand is not None:
+                heapq.heappush(heap, (cand.key, team))
         if not preempted and self.version == version_before:
             self._no_preemption = (self.version, retry)
-
-    def _push_next(self, heap: list, team: str) -> None:
-        """The team's next job within its guarantee joins the reclaim's heap, if it has one."""
-        cand = self._candidate(team, GUARANTEE, fitting=False)
-        if cand is not None:
-            heapq.heappush(heap, (cand.key, team))
-
-    def _place_if_free(self, cand: Candidate) -> bool:
-        """Place a job that the free GPUs take now, stopping nothing: an earlier reclaim in
-        this pass may have freed more than its job took (a whole node for two GPUs), and
-        the team's next job must start there, not stop another team's work elsewhere."""
-        job = cand.job
-        if not self.pool.fits(cand.model, job.gpu_count, job.same_node):
-            return False
-        return self._place(cand, False)
 
     def _explain_reclaim(self, cand: Candidate) -> None:
         """Tell a job within its guarantee which jobs stop for it and when, in the order the
