@@ -23,6 +23,7 @@ from apps.jobs.models import JobAllocation
 from apps.reservations.holdings import at_q, bookings_holding, overlap_q
 from apps.teams.models import Team
 from apps.teams.quota_rule import job_held_until
+from portal.raw_rows import fetch_rows
 
 
 def allocations_holding(
@@ -148,15 +149,7 @@ def booking_job_intervals(
         team.pk,
         gpu_model.pk,
     ]
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        rows = cursor.fetchall()
-    if connection.vendor == "sqlite":  # datetimes come back as text, which the ORM converts
-        convert = connection.ops.convert_datetimefield_value
-        rows = [
-            (*keys, convert(alloc_start, None, None), convert(job_start, None, None), runtime)
-            for *keys, alloc_start, job_start, runtime in rows
-        ]
+    rows = fetch_rows(sql, params, datetime_columns=(3, 4))
     return [
         (gpu_id, team_id, model, s, e)
         for (gpu_id, team_id, model), s, e in _spans(rows, start, keys=3)

@@ -18,6 +18,7 @@ from apps.teams.models import Quota, Team
 from apps.teams.quota_rule import Holdings, QuotaRule, Verdict
 from apps.teams.selectors import team_quota_rule
 from portal import queries
+from portal.raw_rows import fetch_rows
 
 
 def team_quota_models(*, team: Team) -> list[GpuModel]:
@@ -87,14 +88,7 @@ def _team_booking_rows(team: Team, start: datetime, end: datetime, exclude_reser
     sql = TEAM_HOLDINGS_SQL
     if exclude_reservation_id is not None:
         sql, params = TEAM_HOLDINGS_EXCLUDING_SQL, [*params, exclude_reservation_id]
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        rows = cursor.fetchall()
-    if connection.vendor != "sqlite":
-        return rows
-    # SQLite returns datetimes as text (naive UTC), which the ORM would have converted.
-    convert = ops.convert_datetimefield_value
-    return [(convert(s, None, None), convert(e, None, None), model) for s, e, model in rows]
+    return fetch_rows(sql, params, datetime_columns=(0, 1))
 
 
 def teams_holdings(*, teams, start: datetime, end: datetime) -> dict[int, Holdings]:
