@@ -24,3 +24,26 @@ def fetch_rows(sql: str, params: Sequence, *, datetime_columns: Sequence[int]) -
         )
         for row in rows
     ]
+
+
+def columns_of(model, alias: str) -> str:
+    """The SELECT list of ``model``'s concrete columns (table alias ``alias``), in the order
+    `instance_from_row` reads them."""
+    return ", ".join(f'{alias}."{field.column}"' for field in model._meta.concrete_fields)
+
+
+def instance_from_row(model, values: Sequence):
+    """An instance of ``model`` from the values of `columns_of`, each converted as the ORM
+    converts a column read from this database (SQLite's booleans and datetimes, JSON)."""
+    fields = model._meta.concrete_fields
+    converted = []
+    for field, value in zip(fields, values, strict=True):
+        if value is not None:
+            column = field.get_col(model._meta.db_table)
+            for convert in (
+                *connection.ops.get_db_converters(column),
+                *field.get_db_converters(connection),
+            ):
+                value = convert(value, column, connection)
+        converted.append(value)
+    return model.from_db(connection.alias, [field.attname for field in fields], converted)

@@ -1,7 +1,9 @@
+from collections.abc import Mapping
 from datetime import timedelta
 
 from django.db.models import Exists, OuterRef, Prefetch, prefetch_related_objects
 from django.utils import timezone
+from django.utils.encoding import smart_str
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema, extend_schema_field, extend_schema_view
 from rest_framework import mixins, serializers, status, viewsets
@@ -34,8 +36,25 @@ class AwareDateTimeField(serializers.DateTimeField):
     }
 
 
+class _ReadWithTheForm:
+    """A related field whose object the form may have read already, with its other references
+    in one query (`ReservationInputSerializer.references`: the object, or None when there is
+    none, keyed by field name and value); anything else is looked up as the field always
+    does."""
+
+    def to_internal_value(self, data):
+        references = getattr(self.parent, "references", None) or {}
+        key = (self.field_name, data)
+        if isinstance(data, str) and key in references:
+            found = references[key]
+            if found is None:
+                self.fail("does_not_exist", slug_name=self.slug_field, value=smart_str(data))
+            return found
+        return super().to_internal_value(data)
+
+
 @extend_schema_field(OpenApiTypes.STR)  # a team slug
-class UserTeamField(serializers.SlugRelatedField):
+class UserTeamField(_ReadWithTheForm, serializers.SlugRelatedField):
     """A team slug, looked up only among the teams the caller may see (no existence leak)."""
 
     def __init__(self, **kwargs):
@@ -50,11 +69,14 @@ class UserTeamField(serializers.SlugRelatedField):
         )
 
 
-class GpuModelField(serializers.SlugRelatedField):
+class GpuModelField(_ReadWithTheForm, serializers.SlugRelatedField):
     def __init__(self, **kwargs):
-        # With its fleet size, which booking admission checks the count against.
-        queryset = booking.with_fleet_size(GpuModel.objects.all())
-        super().__init__(slug_field="name", queryset=queryset, **kwargs)
+        super().__init__(slug_field="name", **kwargs)
+
+    def get_queryset(self):
+        # With its fleet size, which booking admission checks the count against. Built when a
+        # lookup needs it, not with every copy of the field (each form copies its fields).
+        return booking.with_fleet_size(GpuModel.objects.all())
 
 
 class HoldingSerializer(serializers.Serializer):
@@ -127,6 +149,27 @@ class ReservationInputSerializer(serializers.Serializer):
     )
     purpose = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
     same_node = serializers.BooleanField(required=False, default=False)
+
+    def to_internal_value(self, data):
+        # The team and the model in one query (their fields' lookups answer from it).
+        if isinstance(data, Mapping):
+            team, model = data.get("team"), data.get("gpu_model")
+            team_slug = team if isinstance(team, str) and "\x00" not in team else None
+            model_name = model if isinstance(model, str) and "\x00" not in model else None
+            if team_slug is not None or model_name is not None:
+                found = selectors.booking_references(
+                    user=self.context["request"].user,
+                    team_slug=team_slug,
+                    gpu_model_name=model_name,
+                )
+                self.references = {
+                    key: value
+                    for key, value in zip(
+                        (("team", team_slug), ("gpu_model", model_name)), found, strict=True
+                    )
+                    if key[1] is not None
+                }
+        return super().to_internal_value(data)
 
     def validate(self, data):
         if ("end" in data) == ("duration" in data):

@@ -1,7 +1,7 @@
 """Scenario run by test_answers_sqlite.py in a subprocess on a fresh SQLite database (the
 demo's engine): the booking form's team-bounded free GPUs and suggestions from a typed start,
 a node drain that strands a booking (its page and mail), and a Guaranteed job refused above the
-guarantee. Prints one JSON line."""
+guarantee, a booking through the API and its unknown-team error. Prints one JSON line."""
 
 import json
 import os
@@ -67,6 +67,14 @@ def main() -> None:
         refused = ""
     except ValidationError as error:
         refused = error.message_dict["priority_class"][0]
+    # Through the API: the form reads its team and model in one raw query.
+    later = start + timedelta(hours=4)
+    api_body = {"team": "vision", "gpu_model": h100.name, "count": 1,
+                "start": later.isoformat(), "duration": "01:00:00"}  # fmt: skip
+    booked = client.post("/api/v1/reservations/", api_body, content_type="application/json")
+    unknown = client.post(
+        "/api/v1/reservations/", {**api_body, "team": "nowhere"}, content_type="application/json"
+    )
     print(
         json.dumps(
             {
@@ -79,6 +87,8 @@ def main() -> None:
                 and "This booking has no GPU left in service" in page,
                 "mail_subjects": [m.subject for m in mail.outbox],
                 "refused": refused,
+                "api_booked": [booked.status_code, booked.json().get("team")],
+                "api_unknown_team": [unknown.status_code, unknown.json().get("detail")],
             }
         )
     )

@@ -21,13 +21,13 @@ from tests.reservations.conftest import booking
 pytestmark = pytest.mark.django_db
 
 URL = "/api/v1/reservations/"
-# The team (with the caller's membership) and the model (with its fleet size); begin, quota
-# rows locked, the units' quota rows locked (none here: no tree read), running jobs of the team
-# or the model (read once: the quota counts the team's, the pick skips the model's), the team's
-# holdings, the budget's period, the powered-down nodes ready by the start, the booking's row,
-# the picking lock with the pick and its holdings (one statement), commit; the reply's figures
-# (its GPUs are the ones the pick read).
-QUERIES_PER_BOOKING = 13
+# The team (with the caller's membership) and the model (with its fleet size), in one query;
+# begin, quota rows locked, the units' quota rows locked (none here: no tree read), running jobs
+# of the team or the model (read once: the quota counts the team's, the pick skips the model's),
+# the team's holdings, the budget's period, the powered-down nodes ready by the start, the
+# booking's row, the picking lock with the pick and its holdings (one statement), commit; the
+# reply's figures (its GPUs are the ones the pick read).
+QUERIES_PER_BOOKING = 12
 
 
 @pytest.mark.parametrize("nodes", [2, 12])
@@ -277,3 +277,35 @@ def test_free_gpus_per_node_and_no_candidates_when_no_node_fits(messy_fleet, h10
     assert sorted(free.on_best_fitting_node(8, after_lock=(1, 2))) == sorted(
         g for g in every_free if g.node == "h100-b"
     )
+
+
+def test_the_booking_forms_team_and_model_errors(
+    member, outsider, finance_user, team, other_team, quotas, h100, tomorrow_9
+):
+    """The team and the GPU model are read together; each still answers its own field's error:
+    a team the caller cannot see is no team, one they see without belonging to it is refused,
+    an unknown model is named, and an inactive team is refused once both are found."""
+    api = client_for(member)
+
+    def errors(user, **fields):
+        response = client_for(user).post(URL, booking(start=tomorrow_9, **fields), format="json")
+        assert response.status_code == 400, response.json()
+        return response.json()
+
+    assert errors(member, team="nowhere", gpu_model="B200")["detail"] == {
+        "team": ["Object with slug=nowhere does not exist."],
+        "gpu_model": ["Object with name=B200 does not exist."],
+    }
+    assert errors(member, team="nlp")["detail"] == {
+        "team": ["Object with slug=nlp does not exist."]
+    }
+    assert errors(member, team=7)["detail"] == {"team": ["Object with slug=7 does not exist."]}
+    assert errors(finance_user, team="nlp")["detail"] == {
+        "team": ["You are not a member of this team."]
+    }
+    other_team.is_active = False
+    other_team.save()
+    assert errors(outsider, team="nlp")["detail"] == {"team": ["Team nlp is inactive."]}
+    assert not ReservationGpu.objects.exists()
+    booked = api.post(URL, booking(count=1, start=tomorrow_9), format="json")
+    assert booked.status_code == 201, booked.json()

@@ -7,6 +7,7 @@ GPUs, what became of a booking's GPUs). Who holds a GPU when is `apps.reservatio
 
 from apps.reservations.selectors.bookings import (
     HoldingChange,
+    booking_references,
     holding_changes,
     open_reservations_on_gpus,
     reservation_list,
@@ -36,6 +37,7 @@ __all__ = [
     "EpochSeconds",
     "HoldingChange",
     "availability_search",
+    "booking_references",
     "busy_intervals",
     "free_capacity",
     "holding_changes",
