@@ -13,6 +13,7 @@ them (backfill) only when its ``max_runtime`` ends before the booking starts.
 from __future__ import annotations
 
 import bisect
+import heapq
 from collections import defaultdict
 
 from apps.jobs.scheduler.state import GpuInfo
@@ -27,7 +28,7 @@ class FreePool:
         self.domain_of: dict[str, str | None] = {}
         self.rack_of: dict[str, str | None] = {}
         for g in gpus:
-            self.free[g.model].setdefault(g.node, [])
+            self.free[g.model].setdefault(g.node, []).append(g.gpu_id)
             self.node_size[g.model, g.node] += 1
             self.capacity[g.model] += 1
             self.domain_of.setdefault(g.node, g.nvlink_domain)
@@ -39,14 +40,38 @@ class FreePool:
         self.by_count: dict[str, list[set[str]]] = {
             m: [set() for _ in range(self.largest[m] + 1)] for m in self.capacity
         }
+        # Per model, the nodes of each NVLink domain / rack (names sorted) and the free GPUs
+        # there, kept as GPUs come and go: a gang spread over nodes looks for a domain or rack
+        # with room without counting every node's free GPUs again (``_spread``).
+        self.groups: dict[str, tuple[dict[str, list[str]], dict[str, list[str]]]] = {}
+        self.group_free: dict[str, tuple[dict[str, int], dict[str, int]]] = {}
+        for model, nodes in self.free.items():
+            domains: dict[str, list[str]] = defaultdict(list)
+            racks: dict[str, list[str]] = defaultdict(list)
+            for node in sorted(nodes):
+                if self.domain_of[node] is not None:
+                    domains[self.domain_of[node]].append(node)
+                if self.rack_of[node] is not None:
+                    racks[self.rack_of[node]].append(node)
+            self.groups[model] = (
+                {d: domains[d] for d in sorted(domains)},
+                {r: racks[r] for r in sorted(racks)},
+            )
+            self.group_free[model] = (dict.fromkeys(domains, 0), dict.fromkeys(racks, 0))
         self.total: dict[str, int] = defaultdict(int)
         self.free_count = 0
         # booked[model][node]: sorted (booking start, gpu id), free now but booked later
         self.booked: dict[str, dict[str, list[tuple[float, int]]]] = defaultdict(dict)
         self.booked_count = 0
         self.models = sorted(self.capacity)
-        for g in sorted(gpus, key=lambda g: g.gpu_id):
-            self.give((g.gpu_id,))
+        # Every GPU starts free: the same state as giving them back one by one, built per
+        # node at once (a live cycle builds a pool of the whole fleet).
+        for model, nodes in self.free.items():
+            for node, ids in nodes.items():
+                ids.sort()
+                self._move(model, node, 0, len(ids))
+                self.total[model] += len(ids)
+                self.free_count += len(ids)
 
     # -- changes ---------------------------------------------------------------------------
 
@@ -56,6 +81,12 @@ class FreePool:
             counts[before].discard(node)
         if after:
             counts[after].add(node)
+        domains, racks = self.group_free[model]
+        domain, rack = self.domain_of[node], self.rack_of[node]
+        if domain is not None:
+            domains[domain] += after - before
+        if rack is not None:
+            racks[rack] += after - before
 
     def give(self, gpu_ids) -> None:
         """Put GPUs back in the pool (a job ended or was stopped)."""
@@ -161,7 +192,6 @@ class FreePool:
                 fallback = min(nodes)
         if fallback is not None:
             return self._pick_on_node(self.free[model][fallback], count)
-        per_node: dict[str, list[int]] = {}
         extra: dict[str, list[int]] = {}
         for node in self.booked.get(model, {}):
             usable = self._usable_booked(model, node, deadline)
@@ -178,43 +208,71 @@ class FreePool:
             return None
         if self.total.get(model, 0) + sum(len(ids) for ids in extra.values()) < count:
             return None
-        per_node = {
-            node: self.free[model][node]
-            for c in range(len(counts) - 1, 0, -1)
-            for node in counts[c]
-        }
-        for node, ids in extra.items():
-            per_node[node] = sorted(per_node.get(node, []) + ids)
-        return self._spread(per_node, count)
+        return self._spread(model, count, extra)
 
-    def _spread(self, per_node: dict[str, list[int]], count: int) -> list[int] | None:
-        if sum(len(ids) for ids in per_node.values()) < count:
+    def _spread(self, model: str, count: int, extra: dict[str, list[int]]) -> list[int] | None:
+        """A gang over several nodes: greedy on the nodes with the most usable GPUs (free,
+        plus ``extra``: booked ones it may backfill), names breaking ties, which takes the
+        fewest nodes; the first NVLink domain, else rack, (by name) where greedy needs no
+        more nodes wins over it. The caller made sure enough GPUs are usable."""
+        free = self.free[model]
+
+        def usable(node: str) -> list[int]:
+            more = extra.get(node)
+            return free[node] if more is None else sorted(free[node] + more)
+
+        found = self._fewest_nodes(model, count, extra, usable)
+        if found is None:
             return None
-
-        def greedy(nodes: list[str]) -> list[int] | None:
-            picks: list[int] = []
-            for node in sorted(nodes, key=lambda n: (-len(per_node[n]), n)):
-                picks.extend(per_node[node][: count - len(picks)])
-                if len(picks) == count:
-                    return picks
-            return None
-
-        best = greedy(list(per_node))
-        fewest = len({self.info[g].node for g in best}) if best else 0
+        best, fewest = found
         # Among the placements on the fewest nodes: one NVLink domain, else one rack.
-        for group_of in (self.domain_of, self.rack_of):
-            groups: dict[str, list[str]] = defaultdict(list)
-            for node in per_node:
-                group = group_of.get(node)
-                if group is not None:
-                    groups[group].append(node)
-            for group in sorted(groups):
-                if sum(len(per_node[node]) for node in groups[group]) < count:
-                    continue  # too few free GPUs in the group: greedy would find nothing
-                picks = greedy(groups[group])
-                if picks is not None and len({self.info[g].node for g in picks}) <= fewest:
-                    return picks
+        for group_of, members, group_free in zip(
+            (self.domain_of, self.rack_of), self.groups[model], self.group_free[model], strict=True
+        ):
+            if not members:
+                continue
+            bonus: dict[str, int] = defaultdict(int)  # backfill GPUs per group
+            for node, ids in extra.items():
+                if (group := group_of[node]) is not None:
+                    bonus[group] += len(ids)
+            for group, nodes in members.items():
+                if group_free[group] + bonus.get(group, 0) < count:
+                    continue  # too few usable GPUs in the group: greedy would find nothing
+                picks: list[int] = []
+                # the group's nodes, most usable GPUs first (names break ties)
+                for used, node in enumerate(sorted(nodes, key=lambda n: (-len(usable(n)), n)), 1):
+                    if used > fewest:
+                        break
+                    picks.extend(usable(node)[: count - len(picks)])
+                    if len(picks) == count:
+                        return picks
         return best
+
+    def _fewest_nodes(
+        self, model: str, count: int, extra: dict[str, list[int]], usable
+    ) -> tuple[list[int], int] | None:
+        """Greedy over all nodes of ``model``, most usable GPUs first, names breaking ties:
+        its picks and how many nodes they take (the fewest possible). Walks the free counts
+        from the top (``by_count``) and sorts only the names it takes, not every node."""
+        counts = self.by_count[model]
+        # nodes whose usable GPUs are not their free count (booked GPUs to backfill)
+        moved = {node: len(self.free[model][node]) + len(ids) for node, ids in extra.items()}
+        picks: list[int] = []
+        nodes = 0
+        for c in range(len(counts) - 1, 0, -1):
+            level = counts[c]
+            if moved:
+                level = (level - moved.keys()) | {n for n, k in moved.items() if k == c}
+            if not level:
+                continue
+            wanted = -(-(count - len(picks)) // c)  # nodes of this count it may take
+            names = sorted(level) if len(level) <= wanted else heapq.nsmallest(wanted, level)
+            for node in names:
+                picks.extend(usable(node)[: count - len(picks)])
+                nodes += 1
+                if len(picks) == count:
+                    return picks, nodes
+        return None
 
     def fits_ignoring_bookings(self, model: str, count: int, same_node: bool) -> bool:
         sizes = [
