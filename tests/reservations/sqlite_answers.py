@@ -1,7 +1,8 @@
 """Scenario run by test_answers_sqlite.py in a subprocess on a fresh SQLite database (the
 demo's engine): the booking form's team-bounded free GPUs and suggestions from a typed start,
 a node drain that strands a booking (its page and mail), and a Guaranteed job refused above the
-guarantee, a booking through the API and its unknown-team error. Prints one JSON line."""
+guarantee, a booking through the API with a token and its unknown-team error. Prints one JSON
+line."""
 
 import json
 import os
@@ -27,7 +28,9 @@ def main() -> None:
     from apps.jobs.services import job_submit
     from apps.outbox.services import outbox_flush
     from apps.reservations.services import reservation_create
+    from apps.teams.choices import ApiTokenScope
     from apps.teams.models import Team, User
+    from apps.teams.tokens import api_token_create
 
     setup_test_environment()
     call_command("migrate", verbosity=0)
@@ -67,12 +70,17 @@ def main() -> None:
         refused = ""
     except ValidationError as error:
         refused = error.message_dict["priority_class"][0]
-    # Through the API: the form reads its team and model in one raw query.
+    # Through the API with a token: the token and its user, then the form's team and model, are
+    # read with raw SQL.
+    _, key = api_token_create(
+        user=alice, name="sqlite", scope=ApiTokenScope.READ_WRITE, expires_in_days=7
+    )
+    api = Client(HTTP_AUTHORIZATION=f"Token {key}")
     later = start + timedelta(hours=4)
     api_body = {"team": "vision", "gpu_model": h100.name, "count": 1,
                 "start": later.isoformat(), "duration": "01:00:00"}  # fmt: skip
-    booked = client.post("/api/v1/reservations/", api_body, content_type="application/json")
-    unknown = client.post(
+    booked = api.post("/api/v1/reservations/", api_body, content_type="application/json")
+    unknown = api.post(
         "/api/v1/reservations/", {**api_body, "team": "nowhere"}, content_type="application/json"
     )
     print(
@@ -87,7 +95,7 @@ def main() -> None:
                 and "This booking has no GPU left in service" in page,
                 "mail_subjects": [m.subject for m in mail.outbox],
                 "refused": refused,
-                "api_booked": [booked.status_code, booked.json().get("team")],
+                "api_booked": [booked.status_code, booked.json().get("created_by")],
                 "api_unknown_team": [unknown.status_code, unknown.json().get("detail")],
             }
         )

@@ -12,7 +12,7 @@ def test_booking_answers_work_on_sqlite(tmp_path):
     assert outcome["stranded_alert"]
     assert any(s.endswith("lost 8 GPUs") for s in outcome["mail_subjects"])
     assert "cannot run as Guaranteed" in outcome["refused"]
-    assert outcome["api_booked"] == [201, "vision"]
+    assert outcome["api_booked"] == [201, "alice"]
     assert outcome["api_unknown_team"] == [
         400,
         {"team": ["Object with slug=nowhere does not exist."]},
