@@ -3,6 +3,7 @@ its state after a cycle."""
 
 from __future__ import annotations
 
+import bisect
 import math
 
 from apps.jobs.scheduler.modes import BASELINE, GUARANTEE
@@ -34,54 +35,109 @@ def gpus_phrase(count: int, model: str | None) -> str:
 
 class ExplainMixin:
     def _explain(self) -> None:
+        """A reason, message and estimated start for every queued job not placed and not
+        waiting for a preemption.
+
+        The answer depends on the job's shape, not on the job (see ``_answer``): a cycle with
+        100,000 queued jobs has a few thousand shapes. So the jobs are explained a bucket at
+        a time (the buckets hold them by shape already), not one by one; what is left per job
+        is writing its ``Pending``."""
         waiting = {p.job_id for p in self.decision.pending}
-        fits_cache: dict[tuple, bool] = {}
-        estimates: dict[tuple, float | None] = {}
-        # The answer depends on the job's shape, not on the job: a team's thousand identical
-        # jobs are explained once (a cycle with 100,000 queued jobs has a few thousand shapes).
-        reasons: dict[tuple, tuple[PendingReason, str]] = {}
-        has_quota: dict[tuple, bool] = {}  # (team, model asked for) -> a row covers a model
-        # Nothing changes while explaining: order the models once.
+        # Jobs a pass explained (reservations, reclaims) or that wait for a preemption: one
+        # by one. Nothing changes while explaining: order the models once.
+        special = waiting.union(self.explained)
         self._frozen_models = self._models_for(None)
-        append = self.decision.pending.append
-        for job in self.queued.values():
+        answers: dict[tuple, tuple[PendingReason, str, float | None]] = {}
+        caches: tuple[dict, dict, dict] = ({}, {}, {})
+        pending = self.decision.pending
+        fairshare = self.policy == "fairshare"
+        queued = self.queued
+        one_by_one: list[QueuedJob] = list(self.reservation_jobs.values())
+        for team, shapes in self.buckets.items():
+            if team in self.quotas.later:
+                # the bookings-window check reads each job's runtime
+                one_by_one.extend(
+                    queued[job_id] for entries in shapes.values() for _, job_id in entries
+                )
+                continue
+            hold = self._hold(team) if fairshare else None
+            for entries in shapes.values():
+                # Jobs of one shape before and after their team's top job differ (``_hold``):
+                # the bucket is in queue order, those from ``split`` on wait behind it.
+                split = self._held_split(hold, entries) if hold is not None else len(entries)
+                whole = split in (0, len(entries))
+                for part in (entries,) if whole else (entries[:split], entries[split:]):
+                    answer = self._answer(queued[part[0][1]], answers, caches)
+                    if special:
+                        for _, job_id in part:
+                            if job_id in special:
+                                one_by_one.append(queued[job_id])
+                        part = [entry for entry in part if entry[1] not in special]
+                    reason, message, start = answer
+                    pending.extend([Pending(job_id, reason, message, start) for _, job_id in part])
+        for job in one_by_one:
             if job.job_id in waiting:
                 continue
-            pending = self.explained.get(job.job_id)
-            if pending is None:
-                why = (
-                    job.team,
-                    job.gpu_model,
-                    job.gpu_count,
-                    job.same_node,
-                    job.priority_class,
-                    # the bookings-window check reads the job's runtime
-                    job.max_runtime if job.team in self.quotas.later else None,
-                    # jobs of one shape before and after their team's top job differ
-                    self._held_back(job) is not None if self.policy == "fairshare" else None,
-                )
-                if why not in reasons:
-                    reasons[why] = self._why(job, fits_cache)
-                reason, message = reasons[why]
+            done = self.explained.get(job.job_id)
+            if done is None:
+                pending.append(Pending(job.job_id, *self._answer(job, answers, caches)))
+            elif done.estimated_start is not None:  # a reclaim knows when it lands
+                pending.append(done)
             else:
-                reason, message = pending.reason, pending.message
-                if pending.estimated_start is not None:  # a reclaim knows when it lands
-                    append(pending)
-                    continue
-            covered = (job.team, job.gpu_model)
-            if covered not in has_quota:
-                has_quota[covered] = any(
-                    self.quotas.rule.rows_for(job.team, m) for m in self._estimate_models(job)
-                )
-            if reason == PendingReason.BEYOND_QUOTA or not has_quota[covered]:
-                # Free GPUs say nothing about when the quota changes.
-                append(Pending(job.job_id, reason, message, None))
-                continue
-            shape = (job.gpu_model, job.gpu_count)
-            if shape not in estimates:
-                estimates[shape] = self._estimate(job)
-            append(Pending(job.job_id, reason, message, estimates[shape]))
+                start = self._start_estimate(job, done.reason, caches)
+                pending.append(Pending(job.job_id, done.reason, done.message, start))
         self._frozen_models = None
+
+    def _held_split(self, hold: tuple, entries: list) -> int:
+        """Where the bucket's jobs that wait behind their team's top job (``_held_back``)
+        begin: the jobs after the top job in queue order, when the bucket's shape is one the
+        top job holds room against; else none (the length)."""
+        top, spare = hold
+        job = self.queued[entries[0][1]]
+        if job.gpu_count <= spare or self._models_for(job.gpu_model) != [top.model]:
+            return len(entries)
+        # queue keys are unique (they end with the job id): the top job's key splits the bucket
+        return bisect.bisect_right(entries, (top.key, math.inf))
+
+    def _answer(
+        self, job: QueuedJob, answers: dict, caches: tuple[dict, dict, dict]
+    ) -> tuple[PendingReason, str, float | None]:
+        """Why ``job`` waits and when it should start, shared by the jobs that answer alike:
+        same team, shape and class, same runtime where the team's bookings ahead read it, and
+        the same side of the team's top job."""
+        why = (
+            job.team,
+            job.gpu_model,
+            job.gpu_count,
+            job.same_node,
+            job.priority_class,
+            job.max_runtime if job.team in self.quotas.later else None,
+            self._held_back(job) is not None if self.policy == "fairshare" else None,
+        )
+        found = answers.get(why)
+        if found is None:
+            reason, message = self._why(job, caches[0])
+            found = answers[why] = (reason, message, self._start_estimate(job, reason, caches))
+        return found
+
+    def _start_estimate(
+        self, job: QueuedJob, reason: PendingReason, caches: tuple[dict, dict, dict]
+    ) -> float | None:
+        """The job's estimated start (``_estimate``), shared by the jobs of its model and GPU
+        count; none when it waits for the quota (free GPUs say nothing about when the quota
+        changes)."""
+        _, has_quota, estimates = caches
+        covered = (job.team, job.gpu_model)  # a quota row covers a model it may run on
+        if covered not in has_quota:
+            has_quota[covered] = any(
+                self.quotas.rule.rows_for(job.team, m) for m in self._estimate_models(job)
+            )
+        if reason == PendingReason.BEYOND_QUOTA or not has_quota[covered]:
+            return None
+        shape = (job.gpu_model, job.gpu_count)
+        if shape not in estimates:
+            estimates[shape] = self._estimate(job)
+        return estimates[shape]
 
     def _why(self, job: QueuedJob, fits_cache: dict) -> tuple[PendingReason, str]:
         models = self._models_for(job.gpu_model)
