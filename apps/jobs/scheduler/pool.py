@@ -235,6 +235,8 @@ class FreePool:
             for node, ids in extra.items():
                 if (group := group_of[node]) is not None:
                     bonus[group] += len(ids)
+            if max(group_free.values()) + sum(bonus.values()) < count:
+                continue  # no group has room (say, domains smaller than the gang)
             for group, nodes in members.items():
                 if group_free[group] + bonus.get(group, 0) < count:
                     continue  # too few usable GPUs in the group: greedy would find nothing
