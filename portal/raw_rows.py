@@ -14,7 +14,40 @@ def fetch_rows(sql: str, params: Sequence, *, datetime_columns: Sequence[int]) -
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         rows = cursor.fetchall()
-    if connection.vendor != "sqlite":
+    return _as_orm_reads(rows, datetime_columns)
+
+
+def fetch_row_sets(statements: Sequence[tuple[str, Sequence, Sequence[int]]]) -> list[list[tuple]]:
+    """The rows of each (sql, params, datetime_columns) statement, run in order, as
+    `fetch_rows` reads them. On PostgreSQL with client-side binding (the default) they travel
+    in one round trip, each still its own statement (a statement after a lock sees what the
+    lock's previous holder committed); elsewhere one after another."""
+    batched = connection.vendor == "postgresql" and not connection.settings_dict["OPTIONS"].get(
+        "server_side_binding"
+    )
+    with connection.cursor() as cursor:
+        if not batched:
+            row_sets = []
+            for sql, params, _ in statements:
+                cursor.execute(sql, params)
+                row_sets.append(cursor.fetchall())
+        else:
+            cursor.execute(
+                "; ".join(sql for sql, _, _ in statements),
+                [param for _, params, _ in statements for param in params],
+            )
+            row_sets = [cursor.fetchall()]
+            while len(row_sets) < len(statements):
+                cursor.nextset()
+                row_sets.append(cursor.fetchall())
+    return [
+        _as_orm_reads(rows, datetime_columns)
+        for rows, (_, _, datetime_columns) in zip(row_sets, statements, strict=True)
+    ]
+
+
+def _as_orm_reads(rows: list[tuple], datetime_columns: Sequence[int]) -> list[tuple]:
+    if connection.vendor != "sqlite" or not datetime_columns:
         return rows
     convert = connection.ops.convert_datetimefield_value
     return [

@@ -36,10 +36,15 @@ from apps.reservations.policy import BookingPolicy, budget_check
 from apps.teams.models import Membership, OrgUnit, Team
 from apps.teams.permissions import is_platform_admin
 from apps.teams.quota_rule import QuotaRow, UnitQuotaRow, Verdict
-from apps.teams.selectors import unit_path_label, unit_quota_rows
+from apps.teams.selectors import (
+    locked_unit_quota_statement,
+    unit_path_label,
+    unit_quota_rows_of,
+)
 from portal import hooks
 from portal.exceptions import ConflictError, PolicyRefusal
 from portal.formatting import format_count, format_when
+from portal.raw_rows import fetch_row_sets
 
 logger = logging.getLogger(__name__)
 
@@ -122,17 +127,14 @@ _QUOTA_ROWS = """
 """
 
 
-def _locked_quotas(team: Team, gpu_model: GpuModel) -> list[QuotaRow]:
-    """The quota rows that govern this booking (its model's and the any-model one), locked
-    until the transaction ends so racing bookings of the team queue up here (SQLite has no
-    row locks: its BEGIN IMMEDIATE serializes writers)."""
+def _locked_quotas_statement(team: Team, gpu_model: GpuModel) -> tuple[str, list, tuple]:
+    """The read of the quota rows that govern this booking (its model's and the any-model
+    one), locked until the transaction ends so racing bookings of the team queue up here
+    (SQLite has no row locks: its BEGIN IMMEDIATE serializes writers)."""
     sql = _QUOTA_ROWS
     if connection.features.has_select_for_update_of:
         sql += " FOR UPDATE OF q"
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [team.pk, gpu_model.pk])
-        rows = cursor.fetchall()
-    return [QuotaRow(team.slug, model, guaranteed, limit) for guaranteed, limit, model in rows]
+    return sql, [team.pk, gpu_model.pk], ()
 
 
 def _unit_label(slug: str) -> str:
@@ -159,8 +161,22 @@ def check_quota(
     `apps.teams.quota_rule`); a team without a quota for the model may book none of it.
     Returns the rule's verdict (`over_gpus` of the `count` GPUs are above the guarantee) and
     the model's GPUs running jobs hold then, read with the team's jobs after the locks."""
-    quotas = _locked_quotas(team, gpu_model)
-    unit_quotas = unit_quota_rows(gpu_model=gpu_model, lock=True)
+    # One round trip on PostgreSQL: the team's rows locked, then the units' rows, then the
+    # team's bookings over the window (after both locks: each statement reads what was
+    # committed when it starts).
+    quota_rows, unit_rows, bookings = fetch_row_sets(
+        [
+            _locked_quotas_statement(team, gpu_model),
+            (*locked_unit_quota_statement(gpu_model), ()),
+            selectors.team_bookings_statement(
+                team=team, start=start, end=end, exclude_reservation_id=exclude_reservation_id
+            ),
+        ]
+    )
+    quotas = [
+        QuotaRow(team.slug, model, guaranteed, limit) for guaranteed, limit, model in quota_rows
+    ]
+    unit_quotas = unit_quota_rows_of(unit_rows)
     jobs = held_outside_bookings_for(start=start, end=end, team=team, gpu_model=gpu_model)
     verdict = selectors.quota_verdict(
         team=team,
@@ -172,6 +188,7 @@ def check_quota(
         unit_quotas=unit_quotas,
         exclude_reservation_id=exclude_reservation_id,
         team_jobs=[(model, s, e) for _, team_id, model, s, e in jobs if team_id == team.pk],
+        team_bookings=bookings,
     )
     if not verdict.rows:
         raise PolicyRefusal(

@@ -115,22 +115,24 @@ def unit_quota_rows(
     teams below one unit queue up here). No unit rows: ``([], None)``, the flat rule, in one
     query."""
     if lock and gpu_model is not None:
-        found = _locked_unit_quota_rows(gpu_model)
-    else:
-        rows = UnitQuota.objects.select_related("unit", "gpu_model").order_by("id")
-        if gpu_model is not None:
-            rows = rows.filter(Q(gpu_model=gpu_model) | Q(gpu_model__isnull=True))
-        if lock:
-            rows = rows.select_for_update(of=("self",))
-        found = [
-            UnitQuotaRow(
-                row.unit.slug,
-                row.gpu_model.name if row.gpu_model else None,
-                row.guaranteed,
-                row.limit,
-            )
-            for row in rows
-        ]
+        sql, params = locked_unit_quota_statement(gpu_model)
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return unit_quota_rows_of(cursor.fetchall())
+    rows = UnitQuota.objects.select_related("unit", "gpu_model").order_by("id")
+    if gpu_model is not None:
+        rows = rows.filter(Q(gpu_model=gpu_model) | Q(gpu_model__isnull=True))
+    if lock:
+        rows = rows.select_for_update(of=("self",))
+    found = [
+        UnitQuotaRow(
+            row.unit.slug,
+            row.gpu_model.name if row.gpu_model else None,
+            row.guaranteed,
+            row.limit,
+        )
+        for row in rows
+    ]
     if not found:
         return [], None
     return found, quota_org_tree()
@@ -147,15 +149,23 @@ _UNIT_QUOTA_ROWS = """
 """
 
 
-def _locked_unit_quota_rows(gpu_model: GpuModel) -> list[UnitQuotaRow]:
-    """The units' rows of `gpu_model` and the any-model ones, locked FOR UPDATE (SQLite has no
-    row locks: its BEGIN IMMEDIATE serializes writers)."""
+def locked_unit_quota_statement(gpu_model: GpuModel) -> tuple[str, list]:
+    """The SQL and parameters that read and lock the units' rows of `gpu_model` and the
+    any-model ones FOR UPDATE (SQLite has no row locks: its BEGIN IMMEDIATE serializes
+    writers), for `unit_quota_rows_of`; a caller may send it with other statements in one
+    round trip (booking admission)."""
     sql = _UNIT_QUOTA_ROWS
     if connection.features.has_select_for_update_of:
         sql += " FOR UPDATE OF q"
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [gpu_model.pk])
-        return [UnitQuotaRow(*row) for row in cursor.fetchall()]
+    return sql, [gpu_model.pk]
+
+
+def unit_quota_rows_of(rows) -> tuple[list[UnitQuotaRow], OrgTree | None]:
+    """`unit_quota_rows`' answer from the rows of `locked_unit_quota_statement`."""
+    found = [UnitQuotaRow(*row) for row in rows]
+    if not found:
+        return [], None
+    return found, quota_org_tree()
 
 
 def quota_org_tree() -> OrgTree:

@@ -26,6 +26,7 @@ from apps.reservations.selectors.free import (
 from apps.reservations.selectors.quota import (
     quota_usage,
     quota_verdict,
+    team_bookings_statement,
     team_holdings,
     team_quota_blocked,
     team_quota_models,
@@ -48,6 +49,7 @@ __all__ = [
     "reservation_list",
     "schedulable_gpus",
     "slots_from_now",
+    "team_bookings_statement",
     "team_holdings",
     "team_quota_blocked",
     "team_quota_models",

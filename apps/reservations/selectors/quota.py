@@ -56,12 +56,19 @@ def team_holdings(
     end: datetime,
     exclude_reservation_id: int | None = None,
     jobs: list[tuple[str, int, int]] | None = None,
+    bookings: list[tuple] | None = None,
 ) -> Holdings:
     """What the team holds over [start, end), of every model, as the quota rule counts it: its
     bookings' GPUs and its running jobs' GPUs outside bookings (until their maximum runtime).
-    ``jobs``: those running jobs' (gpu_model_name, start_s, end_s), when already read."""
+    ``jobs``: those running jobs' (gpu_model_name, start_s, end_s), when already read;
+    ``bookings``: the rows of `team_bookings_statement`, when already read."""
     holdings = Holdings()
-    for s, e, model in _team_booking_rows(team, start, end, exclude_reservation_id):
+    if bookings is None:
+        sql, params, datetime_columns = team_bookings_statement(
+            team=team, start=start, end=end, exclude_reservation_id=exclude_reservation_id
+        )
+        bookings = fetch_rows(sql, params, datetime_columns=datetime_columns)
+    for s, e, model in bookings:
         holdings.add(team.slug, model, s, e)
     if jobs is not None:
         for model, s, e in jobs:
@@ -80,15 +87,19 @@ def team_holdings(
     return holdings
 
 
-def _team_booking_rows(team: Team, start: datetime, end: datetime, exclude_reservation_id):
-    """(start, end, GPU model name) of the active holdings of the team's bookings over [start,
-    end): `holdings.TEAM_HOLDINGS_SQL`, the rule of `bookings_holding`."""
+def team_bookings_statement(
+    *, team: Team, start: datetime, end: datetime, exclude_reservation_id: int | None = None
+) -> tuple[str, list, tuple[int, ...]]:
+    """The SQL, parameters and datetime columns (`portal.raw_rows`) of the read of (start, end,
+    GPU model name) of the active holdings of the team's bookings over [start, end), one
+    booking left out if given: `holdings.TEAM_HOLDINGS_SQL`, the rule of `bookings_holding`.
+    Booking admission sends it with its locks in one round trip."""
     ops = connection.ops
     params = [team.pk, ops.adapt_datetimefield_value(end), ops.adapt_datetimefield_value(start)]
     sql = TEAM_HOLDINGS_SQL
     if exclude_reservation_id is not None:
         sql, params = TEAM_HOLDINGS_EXCLUDING_SQL, [*params, exclude_reservation_id]
-    return fetch_rows(sql, params, datetime_columns=(0, 1))
+    return sql, params, (0, 1)
 
 
 def teams_holdings(*, teams, start: datetime, end: datetime) -> dict[int, Holdings]:
@@ -123,13 +134,14 @@ def quota_verdict(
     unit_quotas=None,
     exclude_reservation_id: int | None = None,
     team_jobs: list[tuple[str, int, int]] | None = None,
+    team_bookings: list[tuple] | None = None,
 ) -> Verdict:
     """The quota rule's answer for ``count`` more GPUs of ``gpu_model`` over [start, end) on top
     of what the team holds then: admitted or not, and how many are above its guarantee.
     ``quotas`` (the team's ``QuotaRow``s), ``unit_quotas`` (rows and tree,
     ``teams.selectors.unit_quota_rows``): the rows to apply (booking admission passes them
-    locked); default: read. ``team_jobs``: the
-    team's running jobs as `team_holdings` takes them, when already read."""
+    locked); default: read. ``team_jobs``, ``team_bookings``: the team's running jobs and
+    bookings as `team_holdings` takes them (``jobs``, ``bookings``), when already read."""
     if quotas is None:
         rule = team_quota_rule(team=team)
     else:
@@ -142,6 +154,7 @@ def quota_verdict(
         end=end,
         exclude_reservation_id=exclude_reservation_id,
         team_jobs=team_jobs,
+        team_bookings=team_bookings,
     )
     return rule.admit(team.slug, gpu_model.name, count, start, end, holdings)
 
@@ -155,16 +168,19 @@ def rule_holdings(
     end: datetime,
     exclude_reservation_id: int | None = None,
     team_jobs: list[tuple[str, int, int]] | None = None,
+    team_bookings: list[tuple] | None = None,
 ) -> Holdings:
     """What the quota rule counts for ``team``'s GPUs of ``model`` over [start, end): the
     team's holdings, and those of every team below a unit whose row applies (their limits
-    cap the teams together). ``team_jobs``: as `team_holdings` takes ``jobs``."""
+    cap the teams together). ``team_jobs``, ``team_bookings``: as `team_holdings` takes
+    ``jobs`` and ``bookings``."""
     holdings = team_holdings(
         team=team,
         start=start,
         end=end,
         exclude_reservation_id=exclude_reservation_id,
         jobs=team_jobs,
+        bookings=team_bookings,
     )
     unit_rows = rule.unit_rows_for(team.slug, model)
     if not unit_rows:
