@@ -15,6 +15,7 @@ from __future__ import annotations
 import bisect
 import heapq
 from collections import defaultdict
+from collections.abc import Iterable
 
 from apps.jobs.scheduler.state import GpuInfo
 
@@ -36,9 +37,10 @@ class FreePool:
         self.largest: dict[str, int] = defaultdict(int)
         for (model, _), size in self.node_size.items():
             self.largest[model] = max(self.largest[model], size)
-        # by_count[model][c]: nodes with exactly c free GPUs of the model (c >= 1)
-        self.by_count: dict[str, list[set[str]]] = {
-            m: [set() for _ in range(self.largest[m] + 1)] for m in self.capacity
+        # by_count[model][c]: nodes with exactly c free GPUs of the model (c >= 1), sorted by
+        # name: best fit takes the first name of the smallest count that suffices
+        self.by_count: dict[str, list[list[str]]] = {
+            m: [[] for _ in range(self.largest[m] + 1)] for m in self.capacity
         }
         # Per model, the nodes of each NVLink domain / rack (names sorted) and the free GPUs
         # there, kept as GPUs come and go: a gang spread over nodes looks for a domain or rack
@@ -78,9 +80,10 @@ class FreePool:
     def _move(self, model: str, node: str, before: int, after: int) -> None:
         counts = self.by_count[model]
         if before:
-            counts[before].discard(node)
+            nodes = counts[before]
+            del nodes[bisect.bisect_left(nodes, node)]
         if after:
-            counts[after].add(node)
+            bisect.insort(counts[after], node)
         domains, racks = self.group_free[model]
         domain, rack = self.domain_of[node], self.rack_of[node]
         if domain is not None:
@@ -184,12 +187,12 @@ class FreePool:
             if not nodes:
                 continue
             if avoid is None:
-                return self._pick_on_node(self.free[model][min(nodes)], count)
-            welcome = [n for n in nodes if not avoid(n)]
-            if welcome:
-                return self._pick_on_node(self.free[model][min(welcome)], count)
+                return self._pick_on_node(self.free[model][nodes[0]], count)
+            welcome = next((n for n in nodes if not avoid(n)), None)
+            if welcome is not None:
+                return self._pick_on_node(self.free[model][welcome], count)
             if fallback is None:
-                fallback = min(nodes)
+                fallback = nodes[0]
         if fallback is not None:
             return self._pick_on_node(self.free[model][fallback], count)
         extra: dict[str, list[int]] = {}
@@ -255,21 +258,20 @@ class FreePool:
     ) -> tuple[list[int], int] | None:
         """Greedy over all nodes of ``model``, most usable GPUs first, names breaking ties:
         its picks and how many nodes they take (the fewest possible). Walks the free counts
-        from the top (``by_count``) and sorts only the names it takes, not every node."""
+        from the top (``by_count``, names sorted) and takes the first names of each count."""
         counts = self.by_count[model]
         # nodes whose usable GPUs are not their free count (booked GPUs to backfill)
         moved = {node: len(self.free[model][node]) + len(ids) for node, ids in extra.items()}
         picks: list[int] = []
         nodes = 0
         for c in range(len(counts) - 1, 0, -1):
-            level = counts[c]
+            level: Iterable[str] = counts[c]
             if moved:
-                level = (level - moved.keys()) | {n for n, k in moved.items() if k == c}
-            if not level:
-                continue
-            wanted = -(-(count - len(picks)) // c)  # nodes of this count it may take
-            names = sorted(level) if len(level) <= wanted else heapq.nsmallest(wanted, level)
-            for node in names:
+                level = heapq.merge(
+                    (n for n in level if n not in moved),
+                    sorted(n for n, k in moved.items() if k == c),
+                )
+            for node in level:
                 picks.extend(usable(node)[: count - len(picks)])
                 nodes += 1
                 if len(picks) == count:
