@@ -169,7 +169,11 @@ def check_quota(
             _locked_quotas_statement(team, gpu_model),
             (*locked_unit_quota_statement(gpu_model), ()),
             selectors.team_bookings_statement(
-                team=team, start=start, end=end, exclude_reservation_id=exclude_reservation_id
+                team=team,
+                start=start,
+                end=end,
+                exclude_reservation_id=exclude_reservation_id,
+                counted=True,
             ),
         ]
     )

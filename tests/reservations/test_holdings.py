@@ -115,3 +115,39 @@ def test_a_completed_bookings_past_holding_still_held_its_gpu(booked):
     reservation.status = ReservationStatus.COMPLETED
     reservation.save(update_fields=["status"])
     assert list(bookings_holding_at(NINE).values_list("gpu_id", flat=True)) == [gpus[0].pk]
+
+
+def test_a_teams_holdings_are_read_with_equal_rows_counted_once(team, member, fleet, h100):
+    """The quota count reads a booking's GPUs (and bookings of one window) as one row with
+    their number; the peak is what one row per GPU gives."""
+    from apps.fleet.models import Gpu, GpuModel
+    from apps.reservations.selectors import team_bookings_statement, team_holdings
+    from portal.raw_rows import fetch_rows
+
+    gpus = list(Gpu.objects.filter(model=h100).order_by("node__hostname", "index"))
+    ten = NINE + timedelta(hours=1)
+    make_booking(team, member, gpus[:4], NINE, ELEVEN)
+    make_booking(team, member, gpus[4:5], NINE, ten)
+    make_booking(team, member, gpus[5:6], NINE, ten)
+    make_booking(team, member, gpus[6:7], ten, ELEVEN)
+    l40s = list(Gpu.objects.filter(model=GpuModel.objects.get(name="L40S-48GB"))[:2])
+    make_booking(team, member, l40s, NINE, ELEVEN)
+    sql, params, datetime_columns = team_bookings_statement(
+        team=team, start=NINE, end=ELEVEN, counted=True
+    )
+    rows = fetch_rows(sql, params, datetime_columns=datetime_columns)
+    assert sorted(rows, key=str) == sorted(
+        [
+            (NINE, ELEVEN, h100.name, 4),
+            (NINE, ten, h100.name, 2),
+            (ten, ELEVEN, h100.name, 1),
+            (NINE, ELEVEN, "L40S-48GB", 2),
+        ],
+        key=str,
+    )
+    counted = team_holdings(team=team, start=NINE, end=ELEVEN, jobs=[], bookings=rows)
+    one_row_each = team_holdings(team=team, start=NINE, end=ELEVEN, jobs=[])
+    for held in (counted, one_row_each):
+        assert held.peak(team.slug, h100.name, NINE, ELEVEN) == 6
+        assert held.peak(team.slug, h100.name, ten, ELEVEN) == 5
+        assert held.peak(team.slug, None, NINE, ELEVEN) == 8

@@ -9,6 +9,7 @@ from apps.fleet.models import Gpu, GpuModel
 from apps.reservations import availability
 from apps.reservations.availability import Interval
 from apps.reservations.holdings import (
+    COUNTED_HOLDINGS_SQL,
     TEAM_HOLDINGS_EXCLUDING_SQL,
     TEAM_HOLDINGS_SQL,
     bookings_holding,
@@ -61,15 +62,17 @@ def team_holdings(
     """What the team holds over [start, end), of every model, as the quota rule counts it: its
     bookings' GPUs and its running jobs' GPUs outside bookings (until their maximum runtime).
     ``jobs``: those running jobs' (gpu_model_name, start_s, end_s), when already read;
-    ``bookings``: the rows of `team_bookings_statement`, when already read."""
+    ``bookings``: the rows of `team_bookings_statement` (counted or not), when already read."""
     holdings = Holdings()
     if bookings is None:
         sql, params, datetime_columns = team_bookings_statement(
             team=team, start=start, end=end, exclude_reservation_id=exclude_reservation_id
         )
         bookings = fetch_rows(sql, params, datetime_columns=datetime_columns)
-    for s, e, model in bookings:
-        holdings.add(team.slug, model, s, e)
+    for row in bookings:
+        # (start, end, model), or with how many equal rows it stands for (``counted``).
+        s, e, model = row[:3]
+        holdings.add(team.slug, model, s, e, row[3] if len(row) > 3 else 1)
     if jobs is not None:
         for model, s, e in jobs:
             holdings.add(team.slug, model, availability.from_epoch(s), availability.from_epoch(e))
@@ -88,17 +91,25 @@ def team_holdings(
 
 
 def team_bookings_statement(
-    *, team: Team, start: datetime, end: datetime, exclude_reservation_id: int | None = None
+    *,
+    team: Team,
+    start: datetime,
+    end: datetime,
+    exclude_reservation_id: int | None = None,
+    counted: bool = False,
 ) -> tuple[str, list, tuple[int, ...]]:
     """The SQL, parameters and datetime columns (`portal.raw_rows`) of the read of (start, end,
     GPU model name) of the active holdings of the team's bookings over [start, end), one
     booking left out if given: `holdings.TEAM_HOLDINGS_SQL`, the rule of `bookings_holding`.
-    Booking admission sends it with its locks in one round trip."""
+    ``counted``: equal rows once, with how many they are (`holdings.COUNTED_HOLDINGS_SQL`), as
+    booking admission reads them, with its locks in one round trip."""
     ops = connection.ops
     params = [team.pk, ops.adapt_datetimefield_value(end), ops.adapt_datetimefield_value(start)]
     sql = TEAM_HOLDINGS_SQL
     if exclude_reservation_id is not None:
         sql, params = TEAM_HOLDINGS_EXCLUDING_SQL, [*params, exclude_reservation_id]
+    if counted:
+        sql = COUNTED_HOLDINGS_SQL.format(holdings=sql)
     return sql, params, (0, 1)
 
 
