@@ -13,7 +13,8 @@ for reads and closed for writes (portal.authentication, portal.throttling).
 import time
 from dataclasses import dataclass
 
-from django.core.cache import cache
+from django.core.cache import cache, caches
+from django.core.cache.backends.redis import RedisCache
 from redis.exceptions import RedisError
 
 # What the cache raises when its server is unreachable or too slow.
@@ -50,17 +51,30 @@ def hit(key: str, rate: Rate) -> tuple[bool, float]:
     """Count one request against `key`; (allowed, seconds until the window ends)."""
     counter, remaining = window(key, rate)
     try:
-        # add() is a no-op when the key exists; the timeout outlives the window so a slow
-        # request cannot find its counter gone between add and incr.
-        cache.add(counter, 0, timeout=rate.seconds + 5)
-        try:
-            count = cache.incr(counter)
-        except ValueError:  # evicted between add and incr
-            cache.add(counter, 1, timeout=rate.seconds + 5)
-            count = 1
+        count = _count(counter, timeout=rate.seconds + 5)
     except CACHE_ERRORS as error:
         raise CacheUnavailable(str(error)) from error
     return count <= rate.limit, remaining
+
+
+def _count(counter: str, *, timeout: int) -> int:
+    """Create the counter at 0 unless it exists, then increment it; its new value. The timeout
+    outlives the window, so a slow request cannot find its counter gone in between. On Redis
+    both go in one MULTI/EXEC round trip (the cache's add and incr take three: SET NX, then
+    EXISTS and INCR), as Django's own set_many pipelines; other caches use add and incr."""
+    backend = caches["default"]
+    if isinstance(backend, RedisCache):
+        key = backend.make_and_validate_key(counter)
+        pipeline = backend._cache.get_client(key, write=True).pipeline()
+        pipeline.set(key, 0, ex=timeout, nx=True)
+        pipeline.incr(key)
+        return pipeline.execute()[1]
+    cache.add(counter, 0, timeout=timeout)
+    try:
+        return cache.incr(counter)
+    except ValueError:  # evicted between add and incr
+        cache.add(counter, 1, timeout=timeout)
+        return 1
 
 
 def exceeded(key: str, rate: Rate) -> tuple[bool, float]:

@@ -130,3 +130,30 @@ def test_the_write_limit_holds_across_two_gunicorn_workers(transactional_db, tmp
         if line.split()[1] in ("400", "429")
     }
     assert len(writers) == 2, f"the writes did not reach both workers: {writers}\n{stderr}"
+
+
+def test_a_hit_counts_in_a_window_counter_that_expires_after_the_window():
+    """On Redis (the production cache) the counter is created with its expiry and incremented
+    in one round trip: each hit counts once, and the counter goes away after its window (plus
+    the grace)."""
+    from django.core.cache import caches
+
+    from portal.rate_limits import Rate, hit, window
+
+    redis_cache = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"),
+        }
+    }
+    with override_settings(CACHES=redis_cache):
+        rate = Rate.parse("3/min")
+        key = f"test:window-counter:{time.time()}"
+        assert [hit(key, rate)[0] for _ in range(4)] == [True, True, True, False]
+        counter, _ = window(key, rate)
+        backend = caches["default"]
+        assert backend.get(counter) == 4
+        raw_key = backend.make_and_validate_key(counter)
+        ttl = backend._cache.get_client(raw_key).ttl(raw_key)
+        assert 0 < ttl <= rate.seconds + 5
+        backend.delete(counter)
