@@ -24,14 +24,16 @@ from apps.fleet.models import Gpu, GpuModel
 from apps.reservations.availability import GpuInfo
 from apps.reservations.holdings import GPU_BOOKED_SQL
 
+# The nodes in maintenance over the window are read once (a window's node is never NULL), not
+# looked up for each GPU: PostgreSQL ran that lookup a thousand times on a 1,000-GPU fleet.
 _FREE_GPUS = """
     SELECT g.id, n.hostname, g."index", g.nvlink_domain, g.uuid, g.node_id
     FROM fleet_gpu g JOIN fleet_node n ON n.id = g.node_id
     WHERE g.id IN ({schedulable})
       AND NOT {booked}
-      AND NOT EXISTS (
-          SELECT 1 FROM fleet_maintenancewindow w
-          WHERE w.node_id = g.node_id AND w.start < %s AND w."end" > %s)
+      AND g.node_id NOT IN (
+          SELECT w.node_id FROM fleet_maintenancewindow w
+          WHERE w.start < %s AND w."end" > %s)
       {held_elsewhere}
 """
 
