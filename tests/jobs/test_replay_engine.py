@@ -137,6 +137,44 @@ def test_a_failed_preemption_is_tried_again_when_the_job_turns_to_another_model(
     assert kept == rebuilt and a.job_rows == b.job_rows
 
 
+def test_a_waiting_any_model_job_drains_the_model_it_would_pick_now():
+    """Found by the property test above. At 0 s audio's 4-GPU job of any model waits within
+    its guarantee: A has 3 free GPUs, B none, so it goes for A and A's free GPUs are held
+    back for it, which keeps nlp's over-quota job off A. At 60 s vision's jobs end and B has
+    more free GPUs: a rebuilt engine turns the job to B and holds B's GPUs back, and nlp's
+    job starts on A. The kept engine must not go on holding A for the job found at 0 s
+    (audio's own queue and holdings did not change)."""
+    gpus = [GpuInfo(g, "n0", "A", "d0") for g in range(8)]
+    gpus += [GpuInfo(g, "n1", "B", "d0") for g in range(8, 12)]
+    quotas = [
+        TeamQuota("vision", "A", 0, 0),
+        TeamQuota("vision", "B", 5, 5),
+        TeamQuota("nlp", "A", 4, 5),
+        TeamQuota("nlp", "B", 0, 0),
+        TeamQuota("audio", "A", 5, 5),
+        TeamQuota("audio", "B", 4, 4),
+    ]
+    jobs = [
+        TraceJob(job_id, 0, duration, count, team, same_node=False)
+        for job_id, duration, count, team in [
+            (1, 1800, 4, "nlp"),
+            (2, 60, 1, "vision"),
+            (3, 1800, 1, "audio"),
+            *((k, 60, 1, "vision") for k in (4, 5, 6, 7)),
+            (8, 60, 4, "audio"),
+            (9, 60, 1, "nlp"),
+        ]
+    ]
+    config = SchedulerConfig(preempt_min_runtime_seconds=600, preempt_max_lost_ratio=4.0)
+    kept, rebuilt = [], []
+    simulate(jobs, gpus, quotas, "fairshare", config, decisions=kept)
+    simulate(jobs, gpus, quotas, "fairshare", config, incremental=False, decisions=rebuilt)
+    started = {job: (t, ids) for t, placed, *_ in kept for job, ids, _ in placed}
+    assert started[9] == (60.0, (5,))  # on A, beside the 4 GPUs of job 1 and job 3's one
+    assert started[8] == (120.0, (8, 9, 10, 11))  # on B once vision's last job ended
+    assert kept == rebuilt
+
+
 def test_a_preempted_job_queues_again_with_the_gpu_seconds_it_ran(monkeypatch):
     """What "las" orders by: the replay hands the engine each requeued job's attained
     service (4 GPUs x the 1,000 s it ran before its preemption)."""

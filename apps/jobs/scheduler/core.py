@@ -168,7 +168,8 @@ class Engine(QueueMixin, BaselineMixin, SpareMixin, DrainMixin, PreemptionMixin,
         self._frozen_models: list[str] | None = None  # models by free GPUs, while explaining
         self.resuming: list[ResumingNode] = []  # nodes powering up (see ``explain``)
         # team -> its oldest job within its guarantee (``_drain``), kept until the team's queue
-        # or holdings change (not for a team with bookings ahead: its room depends on time)
+        # or holdings change (not for a team with bookings ahead: its room depends on time),
+        # or, for a job of any model on several models, until the next cycle (``cycle``)
         self._drain_cands: dict[str, Candidate | None] = {}
         self._draining: frozenset[str] = frozenset()  # see ``_avoid_draining``
         # (job, model) -> node -> when the node has room for the job (``_drain_node_key``),
@@ -190,6 +191,14 @@ class Engine(QueueMixin, BaselineMixin, SpareMixin, DrainMixin, PreemptionMixin,
             self._gain_mark = self.gained
             self._dirty.clear()
             return Decision()
+        if len(self.pool.models) > 1:
+            # A job of any model goes for the model with the most free GPUs (``_models_for``),
+            # which other teams' starts and ends change without touching its team: found
+            # again, as an engine rebuilt from the state would, so the drain and the hold
+            # keep room on the model it would pick now.
+            cands = self._drain_cands
+            for team in [t for t, c in cands.items() if c is not None and c.job.gpu_model is None]:
+                del cands[team]
         self.usage = usage if usage is not None else {}
         self.decision = Decision()
         self.failed: dict[tuple[str, int, bool], float] = {}
