@@ -540,6 +540,9 @@ JOBS_RECLAIM_PATIENCE_SECONDS = env.float("JOBS_RECLAIM_PATIENCE_SECONDS", defau
 # A multi-node gang that would lose its work yields only after this long, unless nothing else
 # frees the GPUs (SchedulerConfig.gang_reclaim_patience_seconds).
 JOBS_GANG_RECLAIM_PATIENCE_SECONDS = env.float("JOBS_GANG_RECLAIM_PATIENCE_SECONDS", default=1800.0)
+# A job a reclaim stopped that would lose its work again goes back on borrowed GPUs only when
+# its runtime limit is at most this (SchedulerConfig.reborrow_max_runtime_seconds).
+JOBS_REBORROW_MAX_RUNTIME_SECONDS = env.float("JOBS_REBORROW_MAX_RUNTIME_SECONDS", default=86400.0)
 # Keep over-quota work on other nodes than guaranteed work (SchedulerConfig.pack_borrowed).
 JOBS_PACK_BORROWED = env.bool("JOBS_PACK_BORROWED", default=False)
 CELERY_BEAT_SCHEDULE["jobs-schedule"] = {

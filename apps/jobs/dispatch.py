@@ -300,6 +300,7 @@ def _preemption_settings() -> dict:
         "preempt_max_lost_ratio": settings.JOBS_PREEMPT_MAX_LOST_RATIO,
         "reclaim_patience_seconds": float(settings.JOBS_RECLAIM_PATIENCE_SECONDS),
         "gang_reclaim_patience_seconds": float(settings.JOBS_GANG_RECLAIM_PATIENCE_SECONDS),
+        "reborrow_max_runtime_seconds": float(settings.JOBS_REBORROW_MAX_RUNTIME_SECONDS),
         "pack_borrowed": settings.JOBS_PACK_BORROWED,
     }
 

@@ -62,6 +62,7 @@ PENDING_REASON_LABELS = {
     PendingReason.RECLAIMING_GUARANTEE: "Reclaiming the team's guarantee",
     PendingReason.POWERING_UP: "A node is powering up",
     PendingReason.TEAM_JOB_FIRST: "The team's first job first",
+    PendingReason.RESTARTS_WITHIN_GUARANTEE: "Restarts within the guarantee",
 }
 ANY_MODEL_LABEL = "Any model"
 

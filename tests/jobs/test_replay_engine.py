@@ -25,7 +25,9 @@ TEAMS = ["vision", "nlp", "audio"]
 
 
 @st.composite
-def traces(draw):
+def traces(draw, lender_burst: bool = False):
+    """A random fleet, jobs and quotas; with ``lender_burst`` one team first fills the fleet
+    with day-long jobs that the others' guarantees then reclaim, so jobs stop and restart."""
     nodes = draw(st.integers(1, 4))
     per_node = draw(st.sampled_from([2, 4, 8]))
     models = draw(st.sampled_from([["A"], ["A", "B"]]))
@@ -36,7 +38,12 @@ def traces(draw):
             gpus.append(GpuInfo(len(gpus), f"n{n}", model, f"d{n // 2}"))
     jobs = []
     t = 0.0
-    for k in range(draw(st.integers(1, 40))):
+    if lender_burst:
+        lender = draw(st.sampled_from(TEAMS))
+        for _ in range(draw(st.integers(1, 12))):
+            size = draw(st.sampled_from([1, 1, 2, 4]))
+            jobs.append(TraceJob(len(jobs) + 1, 0.0, 90_000.0, size, lender, same_node=True))
+    for k in range(len(jobs), len(jobs) + draw(st.integers(1, 40))):
         t += draw(st.sampled_from([0, 0, 30, 600, 3600]))
         jobs.append(
             TraceJob(
@@ -69,6 +76,20 @@ def test_incremental_and_rebuild_every_event_make_identical_decisions(trace, pol
     b = simulate(jobs, gpus, quotas, policy, config, incremental=False, decisions=rebuilt)
     assert kept == rebuilt
     assert a.job_rows == b.job_rows
+    assert a.finished + a.never_fit == len(jobs)
+
+
+@settings(max_examples=60, deadline=None)
+@given(traces(lender_burst=True))
+def test_jobs_that_restart_within_the_guarantee_decide_the_same_incrementally(trace):
+    """A reclaim stops some of the lender's day-long jobs; each restarts only within its
+    team's guarantee (``reborrow_max_runtime_seconds``), whichever engine decides."""
+    jobs, gpus, quotas = trace
+    config = SchedulerConfig(preempt_min_runtime_seconds=600, preempt_max_lost_ratio=4.0)
+    kept, rebuilt = [], []
+    a = simulate(jobs, gpus, quotas, "fairshare", config, decisions=kept)
+    b = simulate(jobs, gpus, quotas, "fairshare", config, incremental=False, decisions=rebuilt)
+    assert kept == rebuilt and a.job_rows == b.job_rows
     assert a.finished + a.never_fit == len(jobs)
 
 

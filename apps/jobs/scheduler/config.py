@@ -55,6 +55,13 @@ class SchedulerConfig:
     # this long, when no other victims free the GPUs: a gang lent many nodes may have run
     # for days, and until then the nodes the job drains (``_drain``) may free by themselves.
     gang_reclaim_patience_seconds: float = 1800.0
+    # A job a reclaim stopped that would lose its work again restarts on borrowed GPUs only
+    # when its runtime limit is at most this; a longer one waits for room within its team's
+    # guarantee, unless it is larger than the guarantee. Borrowing again, a day-long job is
+    # likely stopped again, later and at a higher loss: on the Alibaba pod list on 3 x 8 GPUs,
+    # where pods that run for months were stopped up to seven times each, GPU-hours lost fell
+    # from 18 % to 12 % and preemptions from 0.15 to 0.07 per job, at a shorter average JCT.
+    reborrow_max_runtime_seconds: float = 24 * 3600.0
     # Keep borrowed (over-quota) work and guaranteed work on separate nodes where both fit,
     # so that a reclaim frees whole nodes. Off by default: on the synthetic bench trace it
     # spends whole free nodes on borrowed 1-GPU jobs and more multi-node gangs are preempted

@@ -75,7 +75,7 @@ from apps.jobs.scheduler.config import (
 )
 from apps.jobs.scheduler.drain import DrainMixin
 from apps.jobs.scheduler.explain import ExplainMixin
-from apps.jobs.scheduler.modes import BASELINE, GUARANTEE, Candidate
+from apps.jobs.scheduler.modes import BASELINE, GUARANTEE, SPARE, Candidate
 from apps.jobs.scheduler.pool import FreePool
 from apps.jobs.scheduler.preemption import PreemptionMixin
 from apps.jobs.scheduler.queue import QueueMixin
@@ -142,6 +142,9 @@ class Engine(QueueMixin, BaselineMixin, SpareMixin, DrainMixin, PreemptionMixin,
         # gets its estimated start from them (the job page would otherwise say "no estimate").
         self.booking_releases: dict[str, list[float]] = defaultdict(list)
         self.queued: dict[int, QueuedJob] = {}
+        # Queued jobs stopped before (``QueuedJob.preemptions``): the ones ``_may_borrow``
+        # may turn away, and the ones ``_explain`` answers one by one
+        self.restarted: set[int] = set()
         # team -> (class, model, count, same_node) -> sorted [(order key, job id)]
         self.buckets: dict[str, dict[tuple, list[tuple]]] = {}
         self.reservation_jobs: dict[int, QueuedJob] = {}
@@ -317,7 +320,9 @@ class Engine(QueueMixin, BaselineMixin, SpareMixin, DrainMixin, PreemptionMixin,
                 continue
             for model in (gpu_model is None and any_model) or self._models_for(gpu_model):
                 if count > caps.get(model, 0) or not (
-                    allowed := self._quota_runs(entries, model, mode, window, best_key, hold, count)
+                    allowed := self._quota_runs(
+                        team, entries, model, mode, window, best_key, hold, count
+                    )
                 ):
                     continue
                 first, runs = allowed
@@ -401,21 +406,67 @@ class Engine(QueueMixin, BaselineMixin, SpareMixin, DrainMixin, PreemptionMixin,
         return top
 
     def _quota_runs(
-        self, entries: list, model: str, mode: str, window: bool, before, hold, count: int
+        self,
+        team: str,
+        entries: list,
+        model: str,
+        mode: str,
+        window: bool,
+        before,
+        hold,
+        count: int,
     ) -> tuple[tuple, Iterable[tuple]] | None:
         """The first of the bucket's jobs (of ``count`` GPUs) the team's quota lets run on
         ``model`` and all of them from it on (None: none): all of them, unless the team's
         top job keeps room (``hold``, see ``_unheld``) or the team has bookings ahead
         (``window``; never both); then those queued before ``before`` (a candidate found
         already) whose whole run fits beside them, found lazily: the head pass needs the
-        first, a backfill no more than it tries."""
-        if not window:
-            if hold is not None:
-                return self._unheld(hold, model, count, entries)
-            return entries[0], entries
-        runs = self._window_runs(entries, model, mode, before)
+        first, a backfill no more than it tries. On borrowed GPUs, not the jobs that restart
+        only within the guarantee (``_may_borrow``)."""
+        if window:
+            runs = self._window_runs(entries, model, mode, before)
+        elif hold is not None:
+            found = self._unheld(hold, model, count, entries)
+            if found is None:
+                return None
+            runs = found[1]
+        else:
+            runs = entries
+        if mode == SPARE and self.restarted and self._borrows(team, model, count):
+            # Past the jobs that may not borrow, and as the other paths, before ``before``
+            # only: the caller compares the bucket's head with it, not the first it returns.
+            if before is not None:
+                runs = takewhile(lambda entry: entry[0] < before, runs)
+            queued = self.queued
+            runs = (entry for entry in runs if self._may_borrow(queued[entry[1]]))
+        elif not window:
+            return entries[0], runs
+        runs = iter(runs)
         first = next(runs, None)
         return None if first is None else (first, chain((first,), runs))
+
+    def _borrows(self, team: str, model: str, count: int) -> bool:
+        """Whether a job of ``count`` GPUs of ``model`` would run on borrowed GPUs now (beyond
+        its team's guarantee), though the guarantee is large enough for it."""
+        quotas = self.quotas
+        return quotas.over_guarantee(team, model, count) and (
+            count <= quotas.rule.guarantee_ceiling(team, model)
+        )
+
+    def _may_borrow(self, job: QueuedJob) -> bool:
+        """Whether the job may start on borrowed GPUs: not one a reclaim stopped before that
+        would lose its work again and whose runtime limit is over
+        ``config.reborrow_max_runtime_seconds`` (a day). Such a job, borrowing again, is
+        likely stopped again, later and at a higher loss, so it waits for room within its
+        team's guarantee, where nothing stops it (``_borrows`` leaves out a job larger than
+        the guarantee: it could not run otherwise). Scavenger jobs (the Preemptible class)
+        always may."""
+        return (
+            job.preemptions == 0
+            or job.checkpointable
+            or job.max_runtime <= self.config.reborrow_max_runtime_seconds
+            or job.priority_class == PriorityClass.PREEMPTIBLE
+        )
 
     def _window_runs(self, entries: list, model: str, mode: str, before) -> Iterator[tuple]:
         """The bucket's jobs queued before ``before`` whose whole run on ``model`` fits beside

@@ -43,9 +43,10 @@ class ExplainMixin:
         a time (the buckets hold them by shape already), not one by one; what is left per job
         is writing its ``Pending``."""
         waiting = {p.job_id for p in self.decision.pending}
-        # Jobs a pass explained (reservations, reclaims) or that wait for a preemption: one
-        # by one. Nothing changes while explaining: order the models once.
-        special = waiting.union(self.explained)
+        # Jobs a pass explained (reservations, reclaims), that wait for a preemption or that
+        # were stopped before (``_may_borrow`` reads each one's runtime): one by one.
+        # Nothing changes while explaining: order the models once.
+        special = waiting.union(self.explained, self.restarted)
         self._frozen_models = self._models_for(None)
         answers: dict[tuple, tuple[PendingReason, str, float | None]] = {}
         caches: tuple[dict, dict, dict] = ({}, {}, {})
@@ -113,6 +114,8 @@ class ExplainMixin:
             job.priority_class,
             job.max_runtime if job.team in self.quotas.later else None,
             self._held_back(job) is not None if self.policy == "fairshare" else None,
+            # stopped before, a job may restart only within its guarantee
+            job.job_id in self.restarted and not self._may_borrow(job),
         )
         found = answers.get(why)
         if found is None:
@@ -170,6 +173,19 @@ class ExplainMixin:
                 f"No schedulable {pretty_model(job.gpu_model)} GPUs in the fleet.",
             )
         model = job.gpu_model
+        if (
+            self.policy == "fairshare"
+            and not self._may_borrow(job)
+            and all(self._borrows(job.team, m, job.gpu_count) for m in models)
+        ):
+            hours = self.config.reborrow_max_runtime_seconds / 3600
+            held = self._quota_reason(job, model or models[0], True)[1]
+            return (
+                PendingReason.RESTARTS_WITHIN_GUARANTEE,
+                f"A reclaim stopped this job before; with a runtime limit over {hours:g} h it "
+                "restarts only within its team's guarantee, not on borrowed GPUs, so that it "
+                f"is not stopped again. {held}",
+            )
         top = self._held_back(job) if self.policy == "fairshare" else None
         if top is not None:
             return (

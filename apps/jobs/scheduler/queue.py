@@ -20,6 +20,8 @@ class QueueMixin:
         self._dirty.add(job.team)
         self._drain_cands.pop(job.team, None)
         self.queued[job.job_id] = job
+        if job.preemptions:
+            self.restarted.add(job.job_id)
         if job.reservation_id is not None:
             self.reservation_jobs[job.job_id] = job
             return
@@ -38,6 +40,8 @@ class QueueMixin:
         teams = set()
         for job in jobs:
             self.queued[job.job_id] = job
+            if job.preemptions:
+                self.restarted.add(job.job_id)
             if job.reservation_id is not None:
                 self.reservation_jobs[job.job_id] = job
                 continue
@@ -59,6 +63,7 @@ class QueueMixin:
         self._preempt_failed.pop(job_id, None)
         self._reclaim_clocks.pop(job_id, None)
         job = self.queued.pop(job_id)
+        self.restarted.discard(job_id)
         self._drain_cands.pop(job.team, None)
         if job.reservation_id is not None:
             del self.reservation_jobs[job_id]

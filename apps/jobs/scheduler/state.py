@@ -36,6 +36,9 @@ class PendingReason(StrEnum):
     POWERING_UP = "powering_up"
     # its team's first job within the guarantee waits for a reclaim and needs the room left
     TEAM_JOB_FIRST = "team_job_first"
+    # stopped by a reclaim before, a long job that would lose its work waits for room within
+    # its team's guarantee instead of borrowing again (``Engine._may_borrow``)
+    RESTARTS_WITHIN_GUARANTEE = "restarts_within_guarantee"
 
 
 @dataclass(frozen=True, slots=True)
