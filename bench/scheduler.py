@@ -23,6 +23,10 @@
 
 Run: .venv/bin/python bench/scheduler.py [--skip-cycle] [--skip-replay] [--replay-jobs N]
     [--seed S] [--policies fairshare,...] [--alibaba-fleet average|busy-month|both]
+    [--seeds 1,2,...]
+(``--seeds``: (d) instead of (b) and (c): the default policy on the synthetic trace of each
+seed, its targets per seed and the median and worst GPU-hours lost, which a few gangs
+stopped late decide on any one seed.)
 (``--policies``: the policies of ``POLICIES`` to replay, beside the oracle SJF, which always
 runs; a short run: ``--skip-cycle --replay-jobs 30000 --policies fairshare``.)
 """
@@ -33,6 +37,7 @@ import argparse
 import dataclasses
 import os
 import random
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -399,6 +404,35 @@ def busy_month_nodes(jobs, per_node: int = 8, load: float = 0.75, days: int = BU
 ALIBABA_FLEETS = ("average", "busy-month", "both")
 
 
+def seed_sweep(max_jobs: int, seeds: list[int]) -> None:
+    """The default policy's targets on the synthetic trace drawn with each of ``seeds``: its
+    GPU-hours lost come mostly from a few multi-node gangs stopped after hours, so one seed
+    says little; the median and the worst say more."""
+    from apps.jobs.scheduler import SchedulerConfig
+    from apps.jobs.scheduler.replay import simulate
+    from apps.jobs.scheduler.team_metrics import team_metrics
+    from apps.jobs.scheduler.trace import default_quotas, parse_fleet
+    from bench.tracegen import generate
+
+    gpus = parse_fleet("64x8:GPU")
+    print(f"(d) fairshare on the synthetic trace ({max_jobs:,} jobs, 64x8 GPUs), seed by seed:")
+    lost_shares = []
+    for seed in seeds:
+        jobs, _ = generate(jobs=max_jobs, seed=seed)
+        quotas = default_quotas(gpus, sorted({j.team for j in jobs}))
+        result, wall, _ = timed(simulate, jobs, gpus, quotas, "fairshare", SchedulerConfig())
+        oracle = simulate(jobs, gpus, quotas, "sjf", SchedulerConfig(), runtime_limits="exact")
+        floor = min(timed(fifo_floor, jobs, 64, 8)[1] for _ in range(3))
+        cells = target_cells(result, team_metrics(result, quotas), oracle.avg_jct, wall, floor)
+        lost_shares.append(result.gpu_hours_lost / max(1e-9, result.gpu_hours_delivered))
+        print(f"    seed {seed:5d} {format_cells(cells)}", flush=True)
+    met = sum(share <= LOST_TARGET for share in lost_shares)
+    print(
+        f"  GPU-hours lost over {len(seeds)} seeds: median {statistics.median(lost_shares):.2%}, "
+        f"worst {max(lost_shares):.2%}, <= {LOST_TARGET:.0%} on {met} of {len(seeds)}"
+    )
+
+
 def bench_replay(
     max_jobs: int,
     seed: int,
@@ -453,6 +487,11 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=2024)
     parser.add_argument("--skip-cycle", action="store_true", help="skip (a)")
     parser.add_argument(
+        "--seeds",
+        help="(d) comma-separated seeds: the default policy's targets on the synthetic trace "
+        "drawn with each, and the median GPU-hours lost (skips (b) and (c))",
+    )
+    parser.add_argument(
         "--policies",
         help="comma-separated names of POLICIES to replay (default all; the oracle SJF always)",
     )
@@ -471,7 +510,9 @@ def main() -> None:
             parser.error(f"unknown policies: {', '.join(sorted(unknown))}")
     if not args.skip_cycle:
         bench_cycle(args.cycle_gpus, args.cycle_jobs)
-    if not args.skip_replay:
+    if args.seeds:
+        seed_sweep(args.replay_jobs, [int(s) for s in args.seeds.split(",")])
+    elif not args.skip_replay:
         bench_replay(args.replay_jobs, args.seed, policies, args.alibaba_fleet)
 
 

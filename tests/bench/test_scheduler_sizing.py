@@ -18,3 +18,22 @@ def test_a_trace_busy_in_its_last_month_gets_more_nodes_on_that_month_than_on_av
     # 18 GPUs busy throughout the last 30 days at 75 % of 8-GPU nodes: 3
     assert busy_month_nodes(jobs) == 3
     assert busy_month_nodes(jobs, days=10) == 3  # as busy in its last 10 days
+
+
+def test_the_seed_sweep_prints_each_seeds_targets_and_the_median_loss(capsys):
+    import re
+
+    from bench.scheduler import seed_sweep
+
+    seed_sweep(400, [3, 5, 8])
+    out = capsys.readouterr().out
+    lost = {
+        int(seed): float(share)
+        for seed, share in re.findall(r"seed +(\d+) .*\| lost +([\d.]+)% ", out)
+    }
+    assert sorted(lost) == [3, 5, 8]
+    summary = re.search(r"over 3 seeds: median ([\d.]+)%, worst ([\d.]+)%, <= 2% on (\d) of 3", out)
+    assert summary is not None
+    assert float(summary[1]) == sorted(lost.values())[1]
+    assert float(summary[2]) == max(lost.values())
+    assert int(summary[3]) == sum(share <= 2.0 for share in lost.values())
