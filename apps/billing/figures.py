@@ -9,7 +9,7 @@ from django.conf import settings
 
 from apps.billing import energy, exports, selectors
 from apps.billing.choices import BUDGET_THRESHOLDS, PLATFORM_COST_CENTER
-from apps.billing.forecast import forecast, teams_forecast
+from apps.billing.forecast import ForecastReads, forecast, teams_forecast
 from apps.billing.models import BillingPeriod, Budget, LedgerEntry
 from apps.billing.money import ExactSum
 from apps.billing.periods import month_bounds
@@ -109,23 +109,40 @@ def _by_month(period, team_ids, include_platform, group_of=None) -> dict:
     return _figure_json(figure)
 
 
-def _burn_down_owners(period, teams, group_units) -> list[tuple]:
-    """What the burn-down draws a line for: (name, team ids, forecast at `now`) per team, or
-    with `group_units` per unit (its teams together, `forecast.teams_forecast`), against the
-    unit's budget only when all the unit's teams are in view: a reader who sees part of a unit
-    gets the part's spend and pace, not a budget that covers teams hidden from them. The
-    teams' charges are read once, by the first forecast drawn."""
+def _burn_down_owners(period, teams, group_units, now) -> list[tuple]:
+    """What the burn-down draws a line for, at most one per colour: (name, team ids, forecast)
+    per team, or with `group_units` per unit (its teams together, `forecast.teams_forecast`),
+    against the unit's budget only when all the unit's teams are in view: a reader who sees
+    part of a unit gets the part's spend and pace, not a budget that covers teams hidden from
+    them. The teams' charges, budgets, recent days and bookings are read once for all the
+    lines drawn (`forecast.ForecastReads`), each only when the first forecast needs it."""
+    drawn = len(PALETTE)
 
     @cache
     def charges() -> dict:
         return selectors.charged_by_team(period)
 
     if group_units is None:
-        return [
-            (team.slug, [team.pk], lambda now, team=team: forecast(team=team, period=period,
-                                                                   now=now, charged=charges()))
-            for team in teams
-        ]  # fmt: skip
+        shown = teams[:drawn]
+
+        @cache
+        def reads() -> tuple:
+            budgets = {
+                budget.team_id: budget
+                for budget in Budget.objects.filter(
+                    period_id=period.pk, team_id__in=[team.pk for team in shown]
+                )
+            } if period.pk else {}  # fmt: skip
+            return budgets, ForecastReads(
+                team_ids=[team.pk for team in shown], period=period, now=now
+            )
+
+        def team_outlook(team):
+            budgets, ledger = reads()
+            return forecast(team=team, period=period, now=now, charged=charges(),
+                            budgets=budgets, reads=ledger)  # fmt: skip
+
+        return [(team.slug, [team.pk], lambda team=team: team_outlook(team)) for team in shown]
     tree = org_tree()
     members: dict[int, list[int]] = {}
     units = {}
@@ -133,23 +150,32 @@ def _burn_down_owners(period, teams, group_units) -> list[tuple]:
         unit = group_units[team.slug]
         units[unit.pk] = unit
         members.setdefault(unit.pk, []).append(team.pk)
+    shown = sorted(members, key=lambda unit_id: units[unit_id].name)[:drawn]
     budgets = {
         budget.unit_id: budget
-        for budget in Budget.objects.filter(period_id=period.pk, unit_id__in=list(units))
+        for budget in Budget.objects.filter(period_id=period.pk, unit_id__in=shown)
     } if period.pk else {}  # fmt: skip
+
+    @cache
+    def ledger() -> ForecastReads:
+        ids = [team_id for unit_id in shown for team_id in members[unit_id]]
+        return ForecastReads(team_ids=ids, period=period, now=now)
+
     owners = []
-    for unit_id, ids in members.items():
+    for unit_id in shown:
+        ids = members[unit_id]
         whole = set(ids) == tree.teams_under(unit_id)
         budget = budgets.get(unit_id) if whole else None
         name = units[unit_id].name
 
-        def outlook_of(now, ids=ids, budget=budget, name=name):
+        def outlook_of(ids=ids, budget=budget, name=name):
             return teams_forecast(
-                team_ids=ids, budget=budget, period=period, now=now, unit=name, charged=charges()
-            )
+                team_ids=ids, budget=budget, period=period, now=now, unit=name,
+                charged=charges(), reads=ledger(),
+            )  # fmt: skip
 
         owners.append((name, ids, outlook_of))
-    return sorted(owners, key=lambda owner: owner[0])
+    return owners
 
 
 def _burn_down(period, teams, now, group_units=None) -> dict:
@@ -182,18 +208,21 @@ def _burn_down(period, teams, now, group_units=None) -> dict:
         }
     )  # fmt: skip
     with_budget = False
-    for index, (name, team_ids, outlook_of) in enumerate(
-        _burn_down_owners(period, teams, group_units)[: len(PALETTE)]
-    ):
+    owners = _burn_down_owners(period, teams, group_units, now)
+    # One GROUP BY team and day for every line drawn, not one query per line.
+    spend = selectors.daily_spend_by_team(
+        team_ids=[team_id for _, team_ids, _ in owners for team_id in team_ids], period=period
+    )
+    for index, (name, team_ids, outlook_of) in enumerate(owners):
         colour = PALETTE[index]
         running, xs, ys = Decimal(0), [], []
-        for day, total in selectors.daily_spend(team_ids=team_ids, period=period):
+        for day, total in selectors.spend_of(spend, team_ids):
             running += total
             xs.append(day.isoformat())
             ys.append(running)
         if not xs:
             continue
-        outlook = outlook_of(now)
+        outlook = outlook_of()
         budget = outlook.budget
         lines = [(f"{name} spent", xs, ys, {"color": colour})]
         if now < end and outlook.days:

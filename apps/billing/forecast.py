@@ -130,10 +130,9 @@ class Forecast:
         }
 
 
-def daily_charges(*, team_ids, start: date, end: date) -> list[Decimal]:
-    """These teams' usage charges together per UTC day over [start, end), zero for days
-    without any."""
-    rows = (
+def _usage(team_ids, start: date, end: date):
+    """These teams' usage lines (not adjustments) over the UTC days [start, end), with `day`."""
+    return (
         LedgerEntry.objects.filter(
             team_id__in=list(team_ids),
             slice_start__gte=datetime.combine(start, datetime.min.time(), UTC),
@@ -141,10 +140,13 @@ def daily_charges(*, team_ids, start: date, end: date) -> list[Decimal]:
         )
         .exclude(source=ChargeSource.ADJUSTMENT)
         .annotate(day=TruncDate("slice_start", tzinfo=UTC))
-        .values("day")
-        .annotate(total=ExactSum("cost"))
-        .order_by()
     )
+
+
+def daily_charges(*, team_ids, start: date, end: date) -> list[Decimal]:
+    """These teams' usage charges together per UTC day over [start, end), zero for days
+    without any."""
+    rows = _usage(team_ids, start, end).values("day").annotate(total=ExactSum("cost")).order_by()
     by_day = {row["day"]: row["total"] or ZERO for row in rows}
     return [by_day.get(start + timedelta(days=i), ZERO) for i in range((end - start).days)]
 
@@ -167,13 +169,27 @@ def booked_by_day(
 ) -> dict[date, Decimal]:
     """What these teams' bookings will cost per UTC day over [since, until), exact, priced as
     they will be charged (each GPU above the guarantee at the over-quota multiplier)."""
-    holdings = (
+    return _priced_by_day(
+        _bookings_of(team_ids, since, until),
+        since=since,
+        until=until,
+        now=now,
+        rates=RateBook(start=since, end=until),
+        energy={},
+    )
+
+
+def _bookings_of(team_ids, since: datetime, until: datetime) -> list:
+    return list(
         bookings_holding(since, until)
         .filter(reservation__team_id__in=list(team_ids))
-        .select_related("gpu__model")
+        .select_related("gpu__model", "reservation")
     )
-    rates = RateBook(start=since, end=until)
-    energy: dict[int, Decimal] = {}
+
+
+def _priced_by_day(
+    holdings, *, since: datetime, until: datetime, now: datetime, rates: RateBook, energy: dict
+) -> dict[date, Decimal]:
     by_day: dict[date, Decimal] = {}
     for holding in holdings:
         model = holding.gpu.model
@@ -197,15 +213,74 @@ def booked_by_day(
     return by_day
 
 
+class ForecastReads:
+    """The ledger and bookings that the forecasts of several owners (teams, or units' teams
+    together) read, read once for all their teams, so that a page drawing a forecast per team
+    makes the same few queries for three teams as for two hundred. Each owner's figures are
+    the same as `teams_forecast` reads alone: its daily charges are the sums of its teams'
+    exact daily sums, its bookings are priced one by one in the order they were read."""
+
+    def __init__(self, *, team_ids, period: BillingPeriod, now: datetime, window_days=None):
+        self.window_days = window_days or settings.BILLING_FORECAST_DAYS
+        self.now = now
+        start, self.until = month_bounds(period.month)
+        self.since = max(now, start)
+        today = now.astimezone(UTC).date()
+        first = today - timedelta(days=self.window_days)
+        self._days = [first + timedelta(days=i) for i in range(self.window_days)]
+        self._charged: dict[int, dict[date, Decimal]] = {}
+        for row in (
+            _usage(team_ids, first, today)
+            .values("team_id", "day")
+            .annotate(total=ExactSum("cost"))
+            .order_by()
+        ):
+            self._charged.setdefault(row["team_id"], {})[row["day"]] = row["total"] or ZERO
+        self._holdings = (
+            _bookings_of(team_ids, self.since, self.until) if self.since < self.until else []
+        )
+        self._rates = RateBook(start=self.since, end=self.until) if self._holdings else None
+        self._energy: dict[int, Decimal] = {}
+
+    def daily(self, team_ids) -> list[Decimal]:
+        """`daily_charges` of these teams over the window."""
+        found = [self._charged.get(team_id, {}) for team_id in team_ids]
+        return [sum((f.get(day, ZERO) for f in found), ZERO) for day in self._days]
+
+    def booked(self, team_ids) -> dict[date, Decimal]:
+        """`booked_by_day` of these teams from now to the end of the month."""
+        ids = set(team_ids)
+        holdings = [h for h in self._holdings if h.reservation.team_id in ids]
+        if not holdings:
+            return {}
+        return _priced_by_day(
+            holdings, since=self.since, until=self.until, now=self.now, rates=self._rates,
+            energy=self._energy,
+        )  # fmt: skip
+
+
 def forecast(
-    *, team, period: BillingPeriod, now: datetime, window_days: int | None = None, charged=None
+    *,
+    team,
+    period: BillingPeriod,
+    now: datetime,
+    window_days: int | None = None,
+    charged=None,
+    budgets=None,
+    reads=None,
 ):
-    """The team's month (see the module docstring); `charged` (`selectors.charged_by_team`)
-    when already read."""
-    budget = Budget.objects.filter(team=team, period_id=period.pk).first() if period.pk else None
+    """The team's month (see the module docstring); `charged` (`selectors.charged_by_team`),
+    `budgets` (the period's budgets by team id) and `reads` (`ForecastReads`) when already
+    read."""
+    if budgets is not None:
+        budget = budgets.get(team.pk)
+    else:
+        budget = (
+            Budget.objects.filter(team=team, period_id=period.pk).first() if period.pk else None
+        )
     return teams_forecast(
         team_ids=[team.pk], budget=budget, period=period, now=now, window_days=window_days,
-        team=team.slug, charged=charged,
+        team=team.slug, charged=charged, reads=reads,
     )  # fmt: skip
 
 
@@ -236,21 +311,31 @@ def teams_forecast(
     team="",
     unit="",
     charged=None,
+    reads: ForecastReads | None = None,
 ) -> Forecast:
     """The month of these teams together against `budget` (None: no budget), named `team`
-    (a team's slug) or `unit` (a unit's label) in its message (see the module docstring)."""
-    window_days = window_days or settings.BILLING_FORECAST_DAYS
+    (a team's slug) or `unit` (a unit's label) in its message (see the module docstring);
+    the ledger and bookings from `reads` when they were read for many owners at once."""
+    window_days = reads.window_days if reads else window_days or settings.BILLING_FORECAST_DAYS
     start, end = month_bounds(period.month)
     from apps.billing.selectors import teams_spend
 
     spent = teams_spend(team_ids=team_ids, period=period, charged=charged)
     today = now.astimezone(UTC).date()
-    daily = daily_charges(team_ids=team_ids, start=today - timedelta(days=window_days), end=today)
+    if reads is not None:
+        daily = reads.daily(team_ids)
+    else:
+        daily = daily_charges(
+            team_ids=team_ids, start=today - timedelta(days=window_days), end=today
+        )
     rate, low, high = run_rate(daily)
     since = max(now, start)
-    booked = (
-        booked_by_day(team_ids=team_ids, since=since, until=end, now=now) if since < end else {}
-    )
+    if reads is not None:
+        booked = reads.booked(team_ids)
+    elif since < end:
+        booked = booked_by_day(team_ids=team_ids, since=since, until=end, now=now)
+    else:
+        booked = {}
     result = Forecast(
         team=team,
         unit=unit,
