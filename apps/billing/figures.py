@@ -34,11 +34,16 @@ def cost_figures(
     group_of = (
         None if group_units is None else {slug: unit.name for slug, unit in group_units.items()}
     )
+    every_team = exports.team_totals(period)
     totals = [
         t
-        for t in exports.team_totals(period)
+        for t in every_team
         if t["team_id"] in team_ids or (include_platform and t["team_id"] is None)
     ]
+    # What each team was charged, as the forecasts count it: the same cents as these rows
+    # (`selectors.charged_by_team` gives them; the reconciliation tests hold the two equal),
+    # so the month is not summed a second time.
+    charged = {t["team_id"]: t["cost"] for t in every_team}
     rows = selectors.grouped_totals(totals, group_units)
     return {
         "totals": totals,
@@ -50,7 +55,7 @@ def cost_figures(
         "powered_off": _powered_off(period, now) if include_platform else None,
         "figures": {
             "cost-by-month": _by_month(period, team_ids, include_platform, group_of),
-            "burn-down": _burn_down(period, teams, now, group_units),
+            "burn-down": _burn_down(period, teams, now, group_units, charged),
             "by-model": _by_model(period, team_ids, include_platform),
             "over-quota": _over_quota(rows),
         },
@@ -109,18 +114,15 @@ def _by_month(period, team_ids, include_platform, group_of=None) -> dict:
     return _figure_json(figure)
 
 
-def _burn_down_owners(period, teams, group_units, now) -> list[tuple]:
+def _burn_down_owners(period, teams, group_units, now, charged) -> list[tuple]:
     """What the burn-down draws a line for, at most one per colour: (name, team ids, forecast)
     per team, or with `group_units` per unit (its teams together, `forecast.teams_forecast`),
     against the unit's budget only when all the unit's teams are in view: a reader who sees
     part of a unit gets the part's spend and pace, not a budget that covers teams hidden from
     them. The teams' charges, budgets, recent days and bookings are read once for all the
-    lines drawn (`forecast.ForecastReads`), each only when the first forecast needs it."""
+    lines drawn (`forecast.ForecastReads`), each only when the first forecast needs it;
+    `charged` is every team's charge of the month (`selectors.charged_by_team`)."""
     drawn = len(PALETTE)
-
-    @cache
-    def charges() -> dict:
-        return selectors.charged_by_team(period)
 
     if group_units is None:
         shown = teams[:drawn]
@@ -139,7 +141,7 @@ def _burn_down_owners(period, teams, group_units, now) -> list[tuple]:
 
         def team_outlook(team):
             budgets, ledger = reads()
-            return forecast(team=team, period=period, now=now, charged=charges(),
+            return forecast(team=team, period=period, now=now, charged=charged,
                             budgets=budgets, reads=ledger)  # fmt: skip
 
         return [(team.slug, [team.pk], lambda team=team: team_outlook(team)) for team in shown]
@@ -171,14 +173,14 @@ def _burn_down_owners(period, teams, group_units, now) -> list[tuple]:
         def outlook_of(ids=ids, budget=budget, name=name):
             return teams_forecast(
                 team_ids=ids, budget=budget, period=period, now=now, unit=name,
-                charged=charges(), reads=ledger(),
+                charged=charged, reads=ledger(),
             )  # fmt: skip
 
         owners.append((name, ids, outlook_of))
     return owners
 
 
-def _burn_down(period, teams, now, group_units=None) -> dict:
+def _burn_down(period, teams, now, group_units, charged) -> dict:
     """Cumulative spend and projection per team (per unit with `group_units`) in money (top
     panel), and the same as a share of each team's (unit's) budget (bottom panel, with the
     50/80/100 % alert lines). Budgets are often
@@ -208,7 +210,7 @@ def _burn_down(period, teams, now, group_units=None) -> dict:
         }
     )  # fmt: skip
     with_budget = False
-    owners = _burn_down_owners(period, teams, group_units, now)
+    owners = _burn_down_owners(period, teams, group_units, now, charged)
     # One GROUP BY team and day for every line drawn, not one query per line.
     spend = selectors.daily_spend_by_team(
         team_ids=[team_id for _, team_ids, _ in owners for team_id in team_ids], period=period

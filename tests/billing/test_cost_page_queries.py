@@ -121,3 +121,17 @@ def test_day_sums_are_to_the_last_place(month):
     assert [day for day, _ in days] == [date(2026, 11, d) for d in range(1, 20)]
     exact = sum(LedgerEntry.objects.values_list("cost", flat=True), Decimal(0))
     assert sum((cost for _, cost in days), Decimal(0)) == exact
+
+
+def test_the_forecasts_take_the_charges_from_the_pages_totals(month, monkeypatch):
+    """The month's team totals are summed once a page: the forecasts' spend is read from the
+    rows the page shows, which are each team's `charged_by_team` to the cent."""
+    period, teams = month
+    charged = charged_by_team(period)
+
+    def summed_again(period):
+        raise AssertionError("the month was summed a second time")
+
+    monkeypatch.setattr("apps.billing.selectors.charged_by_team", summed_again)
+    page = cost_figures(period=period, teams=teams, include_platform=False, now=NOW)
+    assert {row["team_id"]: row["cost"] for row in page["totals"]} == charged
