@@ -69,7 +69,10 @@ class UserTeamField(_ReadWithTheForm, serializers.SlugRelatedField):
         )
 
 
+@extend_schema_field(OpenApiTypes.STR)  # a GPU model name
 class GpuModelField(_ReadWithTheForm, serializers.SlugRelatedField):
+    """A GPU model by name, read with its fleet size (see ``get_queryset``)."""
+
     def __init__(self, **kwargs):
         super().__init__(slug_field="name", **kwargs)
 
