@@ -100,3 +100,16 @@ def test_replay_a_stopped_month_long_job_is_stopped_once_not_again_and_again():
     looser = SchedulerConfig(reborrow_max_runtime_seconds=60 * DAY)
     before = rows_of(simulate(jobs, gpus, quotas, "fairshare", looser))
     assert max(before[k]["preemptions"] for k in range(1, 9)) > 1
+
+
+def test_a_fresh_job_behind_it_in_its_bucket_gets_its_own_reason():
+    """The two jobs share a bucket and the restarted one comes first; with no GPU free the
+    fresh one waits for capacity, not for room in the guarantee (the bucket's answer is not
+    the restarted job's)."""
+    run = [running(1, "vision", range(2), over=False), running(2, "nlp", range(2, 16))]
+    quotas = [TeamQuota("vision", H100, 2, 16), TeamQuota("nlp", H100, 14, 16)]
+    queued = [restarted(age=600), restarted(11, preemptions=0, age=60)]
+    d = schedule(ClusterState(NOW, fleet(2, 8), queued, run, quotas=quotas))
+    assert placed(d) == {}
+    assert pending(d)[10].reason == PendingReason.RESTARTS_WITHIN_GUARANTEE
+    assert pending(d)[11].reason != PendingReason.RESTARTS_WITHIN_GUARANTEE

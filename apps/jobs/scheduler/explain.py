@@ -68,13 +68,15 @@ class ExplainMixin:
                 split = self._held_split(hold, entries) if hold is not None else len(entries)
                 whole = split in (0, len(entries))
                 for part in (entries,) if whole else (entries[:split], entries[split:]):
-                    answer = self._answer(queued[part[0][1]], answers, caches)
                     if special:
                         for _, job_id in part:
                             if job_id in special:
                                 one_by_one.append(queued[job_id])
                         part = [entry for entry in part if entry[1] not in special]
-                    reason, message, start = answer
+                        if not part:
+                            continue
+                    # answered for a job of the part left, not for a special one it may start with
+                    reason, message, start = self._answer(queued[part[0][1]], answers, caches)
                     pending.extend([Pending(job_id, reason, message, start) for _, job_id in part])
         for job in one_by_one:
             if job.job_id in waiting:
